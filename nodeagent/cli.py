@@ -1,0 +1,246 @@
+"""Command line: `nodeagent drain | uncordon | run | version`.
+
+Exit codes: 0 ok, 1 runtime error (API unreachable, forbidden, node not found),
+2 bad usage or configuration, 3 drain deadline reached with pods left,
+4 uncordon refused (cordoned by someone else).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from nodeagent import __version__
+from nodeagent.config import Config, ConfigError
+from nodeagent.config import load as load_config
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps(
+            {
+                "ts": round(record.created, 3),
+                "level": record.levelname.lower(),
+                "logger": record.name,
+                "msg": record.getMessage(),
+            }
+        )
+
+
+def setup_logging(verbose: int, fmt: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    level = logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+    # The client's own loggers are noisy at INFO and could echo request headers.
+    logging.getLogger("kubernetes").setLevel(logging.WARNING)
+    logging.getLogger("urllib3").setLevel(logging.WARNING)
+
+
+def fail(message: str, code: int) -> None:
+    click.echo(f"nodeagent: error: {message}", err=True)
+    sys.exit(code)
+
+
+def common_options(func: F) -> F:
+    """Flags every command shares; they override the config file and env."""
+    opts = [
+        click.option(
+            "--kubeconfig",
+            metavar="FILE",
+            help="Kubeconfig (default: $KUBECONFIG, ~/.kube/config, then in-cluster).",
+        ),
+        click.option(
+            "--node", metavar="NAME", help="Node name (default: $NODE_NAME, then the host name)."
+        ),
+        click.option(
+            "--config",
+            "config_file",
+            metavar="FILE",
+            type=click.Path(dir_okay=False),
+            help="TOML config file.",
+        ),
+        click.option("-v", "--verbose", count=True, help="More log output (repeat for debug)."),
+        click.option(
+            "--log-format",
+            type=click.Choice(["text", "json"]),
+            default=None,
+            help="Log line format (default text).",
+        ),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
+def build_config(params: dict[str, Any], overrides: dict[str, Any] | None = None) -> Config:
+    flags = {
+        "kubeconfig": params.pop("kubeconfig"),
+        "node": params.pop("node"),
+        "log_format": params.pop("log_format"),
+    }
+    try:
+        cfg = load_config(params.pop("config_file"), overrides={**flags, **(overrides or {})})
+    except ConfigError as exc:
+        fail(str(exc), 2)
+    setup_logging(params.pop("verbose"), cfg.log_format)
+    return cfg
+
+
+def handle_errors(func: F) -> F:
+    """Turn the errors users cause or meet into one line and a distinct exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from nodeagent.cordon import CordonedByOther
+        from nodeagent.kube import KubeConfigError, KubeError
+
+        try:
+            return func(*args, **kwargs)
+        except (ConfigError, KubeConfigError) as exc:
+            fail(str(exc), 2)
+        except CordonedByOther as exc:
+            fail(str(exc), 4)
+        except KubeError as exc:
+            fail(str(exc), 1)
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="nodeagent")
+def main() -> None:
+    """nodeagent makes a Kubernetes node's departure graceful.
+
+    It cordons and drains the node before it shuts down, reboots or is stopped for
+    maintenance, and uncordons it once it is back.
+    """
+
+
+@main.command()
+def version() -> None:
+    """Print the version."""
+    click.echo(f"nodeagent {__version__}")
+
+
+def _progress_printer() -> Callable[[str], None]:
+    start = time.monotonic()
+
+    def emit(message: str) -> None:
+        click.echo(f"[{time.monotonic() - start:6.2f}s] {message}", err=True)
+
+    return emit
+
+
+@main.command()
+@common_options
+@click.option("--deadline", metavar="DURATION", help="Bound for the whole drain (default 120s).")
+@click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
+@click.option(
+    "--force-after-deadline",
+    is_flag=True,
+    default=None,
+    help="At the deadline, delete the pods that are left.",
+)
+@click.option(
+    "--do-not-disrupt-ceiling",
+    metavar="DURATION",
+    help="How long karpenter.sh/do-not-disrupt pods may finish on their own.",
+)
+@click.option(
+    "--reason",
+    default="manual",
+    show_default=True,
+    type=click.Choice(["manual", "poweroff", "reboot", "stop", "evacuate"]),
+    help="Recorded in the node's drain-reason annotation.",
+)
+@handle_errors
+def drain(reason: str, dry_run: bool, **params: Any) -> None:
+    """Cordon the node and evict its pods, respecting PodDisruptionBudgets.
+
+    DaemonSet, static and finished pods stay. Lowest priority goes first,
+    system-critical pods last. Exits 3 if the deadline passes with pods left.
+    """
+    cfg = build_config(
+        params,
+        {
+            "drain.deadline": params.pop("deadline"),
+            "drain.force_after_deadline": params.pop("force_after_deadline"),
+            "drain.do_not_disrupt_ceiling": params.pop("do_not_disrupt_ceiling"),
+        },
+    )
+    from nodeagent.drain import Drain, DrainOptions
+    from nodeagent.kube import Kube
+    from nodeagent.report import EventRecorder
+
+    kube = Kube.from_kubeconfig(cfg.kubeconfig or None)
+    options = DrainOptions(
+        reason=reason,
+        deadline=cfg.drain.deadline,
+        do_not_disrupt_ceiling=cfg.drain.do_not_disrupt_ceiling,
+        force_after_deadline=cfg.drain.force_after_deadline,
+        dry_run=dry_run,
+        concurrency=cfg.drain.concurrency,
+    )
+    events = EventRecorder(kube, cfg.node_name, enabled=not dry_run)
+    result = Drain(kube, cfg.node_name, options, events, _progress_printer()).run()
+    events.flush()
+    from nodeagent.summary import render
+
+    click.echo(render(result))
+    sys.exit(int(result.exit_code))
+
+
+@main.command()
+@common_options
+@click.option("--force", is_flag=True, help="Uncordon even if someone else cordoned the node.")
+@handle_errors
+def uncordon(force: bool, **params: Any) -> None:
+    """Undo nodeagent's cordon and clear its marker.
+
+    A node cordoned by someone else stays cordoned unless --force (exit 4).
+    """
+    cfg = build_config(params)
+    from nodeagent.cordon import get_node
+    from nodeagent.cordon import uncordon as do_uncordon
+    from nodeagent.kube import Kube
+    from nodeagent.report import EventRecorder
+
+    kube = Kube.from_kubeconfig(cfg.kubeconfig or None)
+    if do_uncordon(kube, cfg.node_name, force=force):
+        events = EventRecorder(kube, cfg.node_name)
+        events.node(get_node(kube, cfg.node_name), "Uncordoned", "Uncordoned by nodeagent")
+        events.flush()
+        click.echo(f"node {cfg.node_name} uncordoned")
+    else:
+        click.echo(f"node {cfg.node_name} was not cordoned")
+
+
+@main.command()
+@common_options
+@handle_errors
+def run(**params: Any) -> None:
+    """Run the agent (the systemd service / DaemonSet entry point).
+
+    Drains the node when it shuts down, reboots or the service is stopped for
+    maintenance (per the [shutdown] policy), and uncordons it after boot.
+    """
+    cfg = build_config(params)
+    from nodeagent.daemon import Agent
+    from nodeagent.kube import Kube
+
+    sys.exit(Agent(cfg, Kube.from_kubeconfig(cfg.kubeconfig or None)).run())

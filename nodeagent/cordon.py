@@ -1,0 +1,143 @@
+"""Cordon and uncordon a Node, with the agent's marker as the record of what it did.
+
+The marker annotations go onto the Node in the same write that cordons it, so the
+record can never lag behind the mutation it describes; uncordon only undoes a cordon
+that carries the marker, so a node a person cordoned stays cordoned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from nodeagent.kube import JSON, ApiError, Kube, KubeError, node_path
+
+PREFIX = "nodeagent.io/"
+CORDONED_BY = PREFIX + "cordoned-by"
+DRAIN_REASON = PREFIX + "drain-reason"
+DRAIN_STARTED_AT = PREFIX + "drain-started-at"
+BOOT_ID = PREFIX + "boot-id"
+DRAIN_RESULT = PREFIX + "drain-result"
+MARKER_KEYS = (CORDONED_BY, DRAIN_REASON, DRAIN_STARTED_AT, BOOT_ID, DRAIN_RESULT)
+AGENT = "nodeagent"
+
+
+class NodeNotFound(KubeError):
+    pass
+
+
+class CordonedByOther(KubeError):
+    """The node is cordoned but not by the agent: leave it to whoever did it."""
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def get_node(kube: Kube, name: str) -> JSON:
+    try:
+        return kube.get(node_path(name))
+    except ApiError as exc:
+        if exc.status == 404:
+            raise NodeNotFound(f'node "{name}" not found') from None
+        raise
+
+
+@dataclass(frozen=True)
+class NodeFence:
+    """What the Node says about its cordon, read from one observed object."""
+
+    unschedulable: bool
+    marked: bool  # the agent's marker is present
+    reason: str
+    started_at: str
+    boot_id: str
+    result: str
+
+    @classmethod
+    def of(cls, node: JSON) -> NodeFence:
+        ann = node["metadata"].get("annotations") or {}
+        return cls(
+            unschedulable=bool(node["spec"].get("unschedulable")),
+            marked=ann.get(CORDONED_BY) == AGENT,
+            reason=ann.get(DRAIN_REASON, ""),
+            started_at=ann.get(DRAIN_STARTED_AT, ""),
+            boot_id=ann.get(BOOT_ID, ""),
+            result=ann.get(DRAIN_RESULT, ""),
+        )
+
+    @property
+    def cordoned_by_agent(self) -> bool:
+        return self.unschedulable and self.marked
+
+    @property
+    def cordoned_by_other(self) -> bool:
+        return self.unschedulable and not self.marked
+
+
+def boot_id(node: JSON) -> str:
+    return str(((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or "")
+
+
+def cordon(kube: Kube, node: JSON, reason: str) -> bool:
+    """Cordon `node` for `reason`, writing the marker in the same patch.
+
+    Returns False (and writes nothing) when someone else already cordoned it: the
+    drain still proceeds, but the cordon is theirs to undo. The patch carries the
+    observed resourceVersion, so a concurrent cordon by a person is not overwritten.
+    """
+    fence = NodeFence.of(node)
+    if fence.cordoned_by_other:
+        return False
+    patch = {
+        "metadata": {
+            "resourceVersion": node["metadata"]["resourceVersion"],
+            "annotations": {
+                CORDONED_BY: AGENT,
+                DRAIN_REASON: reason,
+                DRAIN_STARTED_AT: now_rfc3339(),
+                BOOT_ID: boot_id(node),
+                DRAIN_RESULT: None,
+            },
+        },
+        "spec": {"unschedulable": True},
+    }
+    try:
+        kube.merge_patch(node_path(node["metadata"]["name"]), patch)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+        # The node changed since it was read: decide again from what it says now.
+        return cordon(kube, get_node(kube, node["metadata"]["name"]), reason)
+    return True
+
+
+def record_result(kube: Kube, name: str, result: str) -> None:
+    """Note how the drain ended, so the next boot can tell a drained departure."""
+    kube.merge_patch(node_path(name), {"metadata": {"annotations": {DRAIN_RESULT: result}}})
+
+
+def uncordon(kube: Kube, name: str, force: bool = False) -> bool:
+    """Undo the agent's cordon and clear its marker. Returns True if it uncordoned.
+
+    Raises CordonedByOther for a cordon without the marker unless `force`.
+    """
+    node = get_node(kube, name)
+    fence = NodeFence.of(node)
+    if fence.cordoned_by_other and not force:
+        raise CordonedByOther(
+            f'node "{name}" was cordoned by someone else (no {CORDONED_BY} marker); '
+            "leaving it cordoned (use --force to uncordon anyway)"
+        )
+    patch: JSON = {
+        "metadata": {
+            "resourceVersion": node["metadata"]["resourceVersion"],
+            "annotations": dict.fromkeys(MARKER_KEYS),
+        },
+    }
+    if fence.unschedulable:
+        patch["spec"] = {"unschedulable": False}
+    elif not fence.marked:
+        return False  # nothing to undo, nothing to write
+    kube.merge_patch(node_path(name), patch)
+    return fence.unschedulable

@@ -1,0 +1,473 @@
+"""The drain engine: cordon with a marker, evict in priority tiers, wait by watching.
+
+One deadline bounds everything. Evictions run concurrently and follow explicit retry
+rules (429 from a PDB: retry when a PDB in that namespace changes or after a short
+jittered backoff; 429 without a PDB cause: rate limited, honour Retry-After; 500 for
+several PDBs: report and stop hammering; 404/409: the pod is already gone). A pod
+counts as gone when a pod with its UID no longer runs on the node, as seen by a
+watch of the node's pods, never by sleeping.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from nodeagent import cordon as fence
+from nodeagent import podfilter
+from nodeagent.kube import JSON, ApiError, Kube, KubeError, Unreachable, pods_path
+from nodeagent.report import WARNING, EventRecorder
+from nodeagent.watch import Reflector
+
+log = logging.getLogger(__name__)
+
+# kubectl and the DESIGN agree: a pod this far past its grace is stuck, not leaving.
+STUCK_AFTER_GRACE = 30.0
+PDB_BACKOFF_START = 1.0
+PDB_BACKOFF_MAX = 10.0
+MULTI_PDB_RETRY = 30.0
+PROGRESS_EVERY = 5.0
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    ERROR = 1
+    USAGE = 2
+    DEADLINE = 3
+    REFUSED = 4
+
+
+@dataclass(frozen=True)
+class DrainOptions:
+    """How one drain behaves. Durations are seconds."""
+
+    reason: str = "manual"
+    deadline: float = 120.0
+    do_not_disrupt_ceiling: float = 60.0
+    force_after_deadline: bool = False
+    force_grace_seconds: int | None = None  # None: each pod's own grace period
+    critical_reserve: float = 0.2  # share of the deadline kept for system-critical pods
+    dry_run: bool = False
+    concurrency: int = 32
+
+
+@dataclass
+class PodOutcome:
+    namespace: str
+    name: str
+    uid: str
+    detail: str = ""
+    evicted_at: float | None = None  # monotonic time the eviction was accepted
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass
+class DrainResult:
+    node: str
+    outcome: str = "drained"  # drained | forced | timed-out | cancelled | dry-run
+    seconds: float = 0.0
+    cordoned: bool = False
+    evicted: list[PodOutcome] = field(default_factory=list)
+    skipped: list[PodOutcome] = field(default_factory=list)
+    blocked: list[PodOutcome] = field(default_factory=list)
+    forced: list[PodOutcome] = field(default_factory=list)
+    warnings: list[PodOutcome] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.DEADLINE if self.outcome == "timed-out" else ExitCode.OK
+
+    @property
+    def blocking_pdbs(self) -> list[str]:
+        found = (re.search(r"PDB (\S+)", p.detail) for p in self.blocked)
+        return sorted({m.group(1) for m in found if m})
+
+
+def _outcome(pod: JSON, detail: str = "") -> PodOutcome:
+    meta = pod["metadata"]
+    return PodOutcome(meta["namespace"], meta["name"], meta["uid"], detail)
+
+
+@dataclass
+class _Eviction:
+    pod: JSON
+    outcome: PodOutcome
+    accepted: bool = False
+    reported_block: bool = False
+
+
+class DrainAborted(KubeError):
+    """A fatal API answer (e.g. 403) stopped the drain."""
+
+
+def pdb_name(exc: ApiError) -> str | None:
+    """The PDB named in a 429's DisruptionBudget cause, if it is one."""
+    for cause in exc.causes:
+        if cause.get("reason") == "DisruptionBudget":
+            m = re.search(r"disruption budget (\S+)", str(cause.get("message", "")))
+            return m.group(1) if m else "?"
+    return None
+
+
+def is_multiple_pdbs(exc: ApiError) -> bool:
+    return exc.status == 500 and "more than one PodDisruptionBudget" in exc.message
+
+
+class Drain:
+    """Drain one node. Construct, then `run()` once; `cancel()` from another thread."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        node_name: str,
+        options: DrainOptions,
+        events: EventRecorder | None = None,
+        progress: Callable[[str], None] = lambda _msg: None,
+    ) -> None:
+        self.kube = kube
+        self.node_name = node_name
+        self.opts = options
+        self.events = events
+        self.progress = progress
+        self.result = DrainResult(node_name)
+        self._stop = threading.Event()
+        self._cancelled = threading.Event()
+        self._fatal: KubeError | None = None
+        self._pods = Reflector(kube, "/api/v1/pods", field_selector=f"spec.nodeName={node_name}")
+        self._pdbs: Reflector | None = None
+        self._pdb_generation: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._start = 0.0
+        self._deadline = 0.0
+
+    # -- public ---------------------------------------------------------------
+
+    def run(self) -> DrainResult:
+        self._start = time.monotonic()
+        self._deadline = self._start + self.opts.deadline
+        node = fence.get_node(self.kube, self.node_name)
+        try:
+            return self._run(node)
+        finally:
+            self._stop.set()
+            self._pods.stop()
+            if self._pdbs:
+                self._pdbs.stop()
+            self.result.seconds = time.monotonic() - self._start
+
+    def cancel(self) -> None:
+        """Stop promptly: no new evictions; what is already evicted stays evicted."""
+        self._cancelled.set()
+        self._stop.set()
+        with self._pods.changed:
+            self._pods.changed.notify_all()
+
+    # -- phases ---------------------------------------------------------------
+
+    def _run(self, node: JSON) -> DrainResult:
+        pods = self._list_pods()
+        evict = self._plan(pods)
+        if self.opts.dry_run:
+            self.result.outcome = "dry-run"
+            self.result.evicted = [_outcome(p) for p in evict]
+            return self.result
+        self._fence(node)
+        evictions = self._evict_tiers(evict)
+        self._finish(node, evictions)
+        return self.result
+
+    def _list_pods(self) -> list[JSON]:
+        if self.opts.dry_run:
+            query = {"fieldSelector": f"spec.nodeName={self.node_name}"}
+            return list(self.kube.request("GET", "/api/v1/pods", query=query)["items"])
+        self._pods.on_restart = lambda why: log.info("pod watch restarted: %s", why)
+        self._pods.start()
+        if not self._pods.wait_synced(max(0.0, self._deadline - time.monotonic())):
+            raise KubeError(
+                f"could not list pods on node {self.node_name}: {self._pods.stats.last_error}"
+            )
+        return self._pods.snapshot()
+
+    def _plan(self, pods: list[JSON]) -> list[JSON]:
+        evict = []
+        for pod in sorted(pods, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])):
+            why = podfilter.skip_reason(pod)
+            if why:
+                self.result.skipped.append(_outcome(pod, why))
+                continue
+            evict.append(pod)
+            for note in podfilter.warnings(pod):
+                self.result.warnings.append(_outcome(pod, note))
+        return evict
+
+    def _fence(self, node: JSON) -> None:
+        self.result.cordoned = fence.cordon(self.kube, node, self.opts.reason)
+        if self.result.cordoned:
+            self.progress(f"cordoned node {self.node_name} (reason {self.opts.reason})")
+            self._node_event(node, "Cordoned", f"Cordoned by nodeagent ({self.opts.reason})")
+        else:
+            self.progress(f"node {self.node_name} was already cordoned by someone else")
+        self._node_event(
+            node,
+            "DrainStarted",
+            f"Draining for {self.opts.reason}, deadline {self.opts.deadline:.0f}s",
+        )
+
+    def _evict_tiers(self, pods: list[JSON]) -> list[_Eviction]:
+        tiers = podfilter.tiers(pods)
+        reserve_until = self._deadline - self.opts.deadline * self.opts.critical_reserve
+        has_critical = any(podfilter.is_critical(p) for p in pods)
+        evictions: list[_Eviction] = []
+        with ThreadPoolExecutor(
+            max_workers=max(1, self.opts.concurrency), thread_name_prefix="evict"
+        ) as pool:
+            for tier in tiers:
+                critical = podfilter.is_critical(tier.pods[0])
+                tier_until = self._deadline if critical or not has_critical else reserve_until
+                batch = self._run_tier(pool, tier, tier_until)
+                evictions += batch
+                if self._stop.is_set():
+                    break
+            self._wait_gone(evictions, self._deadline)
+            self._stop.set()  # workers still retrying give up now
+        if self._fatal:
+            raise self._fatal
+        return evictions
+
+    def _run_tier(
+        self, pool: ThreadPoolExecutor, tier: podfilter.Tier, until: float
+    ) -> list[_Eviction]:
+        batch = [_Eviction(p, _outcome(p)) for p in tier.pods]
+        if tier.wait_for_exit:
+            ceiling = min(self._start + self.opts.do_not_disrupt_ceiling, until)
+            self.progress(
+                f"waiting up to {max(0.0, ceiling - time.monotonic()):.0f}s for "
+                f"{len(batch)} do-not-disrupt pods to finish on their own"
+            )
+            self._wait_gone(batch, ceiling)
+        batch = [e for e in batch if not self._gone(e)]
+        if batch:
+            self.progress(f"evicting {len(batch)} pods ({tier.name})")
+        for ev in batch:
+            pool.submit(self._evict, ev)
+        self._wait_gone(batch, until)
+        return batch
+
+    def _finish(self, node: JSON, evictions: list[_Eviction]) -> None:
+        left = [e for e in evictions if not self._gone(e)]
+        self.result.evicted = [e.outcome for e in evictions if e.accepted or self._gone(e)]
+        if self._cancelled.is_set():
+            self.result.outcome = "cancelled"
+            return
+        for ev in left:
+            ev.outcome.detail = ev.outcome.detail or "still terminating"
+        if left and self.opts.force_after_deadline:
+            self._force(left)
+            left = [e for e in left if e.outcome not in self.result.forced]
+        self.result.blocked = [e.outcome for e in left]
+        if left:
+            self.result.outcome = "timed-out"
+        else:
+            self.result.outcome = "forced" if self.result.forced else "drained"
+        self._report_end(node)
+
+    def _report_end(self, node: JSON) -> None:
+        if not self.result.blocked:
+            self._node_event(node, "Drained", f"Drained in {time.monotonic() - self._start:.1f}s")
+        else:
+            left = ", ".join(f"{p.ref} ({p.detail})" for p in self.result.blocked)
+            self._node_event(node, "DrainTimedOut", f"Deadline reached; left: {left}", WARNING)
+        if self.result.cordoned:
+            try:
+                fence.record_result(self.kube, self.node_name, self.result.outcome)
+            except KubeError as exc:
+                log.warning("could not record drain result: %s", exc)
+
+    # -- waiting --------------------------------------------------------------
+
+    def _gone(self, ev: _Eviction) -> bool:
+        uid = ev.outcome.uid
+        current = self._pods.objects.get(uid)
+        if current is None:
+            return True
+        if (current.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return True
+        return self._stuck_terminating(current)
+
+    @staticmethod
+    def _stuck_terminating(pod: JSON) -> bool:
+        meta = pod["metadata"]
+        if not meta.get("deletionTimestamp"):
+            return False
+        from datetime import datetime
+
+        deleted = datetime.fromisoformat(meta["deletionTimestamp"].replace("Z", "+00:00"))
+        grace = float(meta.get("deletionGracePeriodSeconds") or 0)
+        return time.time() > deleted.timestamp() + grace + STUCK_AFTER_GRACE
+
+    def _wait_gone(self, batch: list[_Eviction], until: float) -> None:
+        def done() -> bool:
+            return self._stop.is_set() or all(self._gone(e) for e in batch)
+
+        next_report = time.monotonic() + PROGRESS_EVERY
+        while not done() and time.monotonic() < until:
+            # Wake at least every few seconds: stuck-terminating is a matter of time.
+            self._pods.wait_for(done, min(until, next_report))
+            if time.monotonic() >= next_report and not done():
+                self._report_waiting(batch)
+                next_report = time.monotonic() + PROGRESS_EVERY
+
+    def _report_waiting(self, batch: list[_Eviction]) -> None:
+        left = [e for e in batch if not self._gone(e)]
+        names = ", ".join(
+            f"{e.outcome.ref}{' [' + e.outcome.detail + ']' if e.outcome.detail else ''}"
+            for e in left[:5]
+        )
+        more = f" and {len(left) - 5} more" if len(left) > 5 else ""
+        remaining = self._deadline - time.monotonic()
+        self.progress(f"waiting for {len(left)} pods ({remaining:.0f}s left): {names}{more}")
+
+    # -- eviction -------------------------------------------------------------
+
+    def _evict(self, ev: _Eviction) -> None:
+        try:
+            self._evict_until_accepted(ev)
+        except KubeError as exc:
+            self._fatal = exc
+            self._stop.set()
+            with self._pods.changed:
+                self._pods.changed.notify_all()
+        except Exception as exc:  # a worker must never die silently
+            log.exception("eviction of %s failed", ev.outcome.ref)
+            ev.outcome.detail = f"internal error: {exc}"
+
+    def _evict_until_accepted(self, ev: _Eviction) -> None:
+        backoff = PDB_BACKOFF_START
+        while not self._stop.is_set() and time.monotonic() < self._deadline:
+            if self._gone(ev):
+                return
+            try:
+                self._post_eviction(ev)
+                ev.accepted = True
+                ev.outcome.evicted_at = time.monotonic()
+                ev.outcome.detail = ""
+                self._pod_event(ev, "Evicted", f"Evicted by nodeagent ({self.opts.reason})")
+                return
+            except ApiError as exc:
+                if exc.status in (404, 409):  # gone, or a new pod under the old name
+                    return
+                if exc.status in (401, 403):
+                    raise DrainAborted(f"eviction of {ev.outcome.ref} forbidden: {exc}") from None
+                backoff = self._after_refusal(ev, exc, backoff)
+            except Unreachable as exc:
+                ev.outcome.detail = str(exc)
+                self._sleep(backoff)
+                backoff = min(backoff * 2, PDB_BACKOFF_MAX)
+
+    def _post_eviction(self, ev: _Eviction) -> None:
+        meta = ev.pod["metadata"]
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "deleteOptions": {"preconditions": {"uid": meta["uid"]}},
+        }
+        self.kube.post(pods_path(meta["namespace"], meta["name"]) + "/eviction", body)
+
+    def _after_refusal(self, ev: _Eviction, exc: ApiError, backoff: float) -> float:
+        """Wait as the refusal asks; return the next backoff."""
+        namespace = ev.outcome.namespace
+        pdb = pdb_name(exc) if exc.status == 429 else None
+        if pdb:
+            self._blocked(ev, f"PDB {namespace}/{pdb}: {exc.causes[0].get('message', exc)}")
+            self._wait_pdb_change(namespace, backoff * random.uniform(0.8, 1.2))
+            return min(backoff * 2, PDB_BACKOFF_MAX)
+        if exc.status == 429:
+            self._blocked(ev, f"API rate limited: {exc.message}")
+            self._sleep(exc.retry_after or backoff)
+            return min(backoff * 2, PDB_BACKOFF_MAX)
+        if is_multiple_pdbs(exc):
+            self._blocked(ev, f"MultiplePDBs: {exc.message}")
+            self._sleep(MULTI_PDB_RETRY)
+            return backoff
+        ev.outcome.detail = f"eviction failed: {exc}"
+        self._sleep(backoff)
+        return min(backoff * 2, PDB_BACKOFF_MAX)
+
+    def _blocked(self, ev: _Eviction, detail: str) -> None:
+        ev.outcome.detail = detail
+        if not ev.reported_block:
+            ev.reported_block = True
+            self.progress(f"{ev.outcome.ref}: eviction blocked: {detail}")
+            self._pod_event(ev, "EvictionBlocked", detail, WARNING)
+
+    def _sleep(self, seconds: float) -> None:
+        self._stop.wait(max(0.0, min(seconds, self._deadline - time.monotonic())))
+
+    def _wait_pdb_change(self, namespace: str, seconds: float) -> None:
+        """Sleep up to `seconds`, waking at once when a PDB in `namespace` changes."""
+        pdbs = self._pdb_reflector()
+        seen = self._pdb_generation[namespace]
+        until = min(time.monotonic() + seconds, self._deadline)
+        pdbs.wait_for(lambda: self._stop.is_set() or self._pdb_generation[namespace] != seen, until)
+
+    def _pdb_reflector(self) -> Reflector:
+        # Started on the first PDB refusal only: drains that meet no PDB pay nothing.
+        with self._lock:
+            if self._pdbs is None:
+
+                def bump(_kind: str, pdb: JSON) -> None:
+                    self._pdb_generation[pdb["metadata"]["namespace"]] += 1
+
+                self._pdbs = Reflector(
+                    self.kube,
+                    "/apis/policy/v1/poddisruptionbudgets",
+                    resource="poddisruptionbudgets",
+                    on_change=bump,
+                ).start()
+            return self._pdbs
+
+    def _force(self, left: list[_Eviction]) -> None:
+        body: JSON = {"preconditions": {}}
+        if self.opts.force_grace_seconds is not None:
+            body["gracePeriodSeconds"] = self.opts.force_grace_seconds
+        for ev in left:
+            body["preconditions"] = {"uid": ev.outcome.uid}
+            try:
+                self.kube.delete(pods_path(ev.outcome.namespace, ev.outcome.name), body)
+            except ApiError as exc:
+                if exc.status not in (404, 409):
+                    ev.outcome.detail = f"delete failed: {exc}"
+                    continue
+            except KubeError as exc:
+                ev.outcome.detail = f"delete failed: {exc}"
+                continue
+            ev.outcome.detail = f"deleted after deadline (was: {ev.outcome.detail or 'waiting'})"
+            self.result.forced.append(ev.outcome)
+            self._pod_event(
+                ev,
+                "EvictionBlocked",
+                "Deleted after the drain deadline, bypassing its PodDisruptionBudget",
+                WARNING,
+            )
+
+    # -- events ---------------------------------------------------------------
+
+    def _node_event(self, node: JSON, reason: str, message: str, kind: str = "Normal") -> None:
+        if self.events:
+            self.events.node(node, reason, message, kind)
+
+    def _pod_event(self, ev: _Eviction, reason: str, message: str, kind: str = "Normal") -> None:
+        if self.events:
+            self.events.pod(ev.pod, reason, message, kind)

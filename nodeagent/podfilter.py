@@ -1,0 +1,109 @@
+"""Which pods a drain evicts, as small named predicates (after kubectl's pkg/drain).
+
+Each filter looks at one pod and either lets it through (None) or says why the drain
+leaves it alone. The rules match `kubectl drain --ignore-daemonsets
+--delete-emptydir-data`: DaemonSet, mirror (static) and finished pods stay; every
+other pod goes, and pods with emptyDir data or no controller are reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from nodeagent.kube import JSON
+
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+MIRROR = "kubernetes.io/config.mirror"
+CRITICAL_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
+# Priorities at or above this are reserved for system-critical classes.
+CRITICAL_PRIORITY = 2_000_000_000
+
+Filter = Callable[[JSON], str | None]
+
+
+def controller_of(pod: JSON) -> JSON | None:
+    for ref in pod["metadata"].get("ownerReferences") or []:
+        if ref.get("controller"):
+            return dict(ref)
+    return None
+
+
+def skip_daemonset(pod: JSON) -> str | None:
+    ref = controller_of(pod)
+    return "DaemonSet-managed" if ref and ref.get("kind") == "DaemonSet" else None
+
+
+def skip_mirror(pod: JSON) -> str | None:
+    return "static (mirror) pod" if MIRROR in (pod["metadata"].get("annotations") or {}) else None
+
+
+def skip_finished(pod: JSON) -> str | None:
+    phase = (pod.get("status") or {}).get("phase")
+    return f"finished ({phase})" if phase in ("Succeeded", "Failed") else None
+
+
+FILTERS: tuple[Filter, ...] = (skip_mirror, skip_daemonset, skip_finished)
+
+
+def skip_reason(pod: JSON) -> str | None:
+    """Why the drain leaves `pod` alone, or None if it must go."""
+    for check in FILTERS:
+        why = check(pod)
+        if why:
+            return why
+    return None
+
+
+def warnings(pod: JSON) -> list[str]:
+    """Things worth telling the operator about a pod that is evicted anyway."""
+    notes = []
+    if any("emptyDir" in v for v in pod["spec"].get("volumes") or []):
+        notes.append("emptyDir data will be lost")
+    if controller_of(pod) is None:
+        notes.append("no controller: it will not come back")
+    return notes
+
+
+def is_critical(pod: JSON) -> bool:
+    spec = pod["spec"]
+    return (
+        spec.get("priorityClassName") in CRITICAL_CLASSES
+        or int(spec.get("priority") or 0) >= CRITICAL_PRIORITY
+    )
+
+
+def is_do_not_disrupt(pod: JSON) -> bool:
+    return (pod["metadata"].get("annotations") or {}).get(DO_NOT_DISRUPT) == "true"
+
+
+def priority(pod: JSON) -> int:
+    return int(pod["spec"].get("priority") or 0)
+
+
+@dataclass(frozen=True)
+class Tier:
+    """Pods evicted together; the next tier starts once these are gone."""
+
+    name: str
+    pods: tuple[JSON, ...]
+    wait_for_exit: bool = False  # do-not-disrupt: give them the ceiling to finish alone
+
+
+def tiers(pods: list[JSON]) -> list[Tier]:
+    """Eviction order: ordinary pods by ascending priority, then do-not-disrupt pods,
+    then system-critical pods (so logging, DNS and CNI outlive the workloads)."""
+    critical = [p for p in pods if is_critical(p)]
+    protected = [p for p in pods if not is_critical(p) and is_do_not_disrupt(p)]
+    ordinary = [p for p in pods if not is_critical(p) and not is_do_not_disrupt(p)]
+    out = [
+        Tier(f"priority {prio}", tuple(p for p in ordinary if priority(p) == prio))
+        for prio in sorted({priority(p) for p in ordinary})
+    ]
+    if protected:
+        out.append(Tier("do-not-disrupt", tuple(protected), wait_for_exit=True))
+    out += [
+        Tier(f"critical priority {prio}", tuple(p for p in critical if priority(p) == prio))
+        for prio in sorted({priority(p) for p in critical})
+    ]
+    return out

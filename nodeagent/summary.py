@@ -1,0 +1,35 @@
+"""Human summary of a drain: what went, what stayed and why, what blocks."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from nodeagent.drain import DrainResult, PodOutcome
+
+
+def _by_reason(pods: list[PodOutcome]) -> str:
+    return ", ".join(f"{why}: {n}" for why, n in Counter(p.detail for p in pods).most_common())
+
+
+def _lines(title: str, pods: list[PodOutcome]) -> list[str]:
+    return [f"  {title}: {p.ref}" + (f" ({p.detail})" if p.detail else "") for p in pods]
+
+
+def render(result: DrainResult) -> str:
+    if result.outcome == "dry-run":
+        lines = [f"node {result.node}: dry run, nothing changed"]
+        lines += _lines("would evict", result.evicted)
+    else:
+        lines = [
+            f"node {result.node}: {result.outcome} in {result.seconds:.2f}s"
+            f" (evicted {len(result.evicted)}, skipped {len(result.skipped)},"
+            f" blocked {len(result.blocked)}, forced {len(result.forced)})"
+        ]
+    if result.skipped:
+        lines.append(f"  skipped: {_by_reason(result.skipped)}")
+    lines += _lines("warning", result.warnings)
+    lines += _lines("blocked", result.blocked)
+    lines += _lines("forced", result.forced)
+    if result.blocking_pdbs:
+        lines.append(f"  blocking PodDisruptionBudgets: {', '.join(result.blocking_pdbs)}")
+    return "\n".join(lines)

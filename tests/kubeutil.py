@@ -1,0 +1,188 @@
+"""Test helpers: build workloads on simulated nodes and wait for what the API says."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from nodeagent.kube import JSON, ApiError, Kube, node_path, pods_path
+
+SIM_LABEL = "nodeagent.io/simulated"
+GROUP_LABEL = "test.nodeagent.io/group"
+NODEAGENT = [sys.executable, "-m", "nodeagent"]
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def wait_until(check: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:
+    """Poll `check` until it returns something truthy (tests only; the agent watches)."""
+    end = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or check}")
+        time.sleep(0.1)
+
+
+def run_agent(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*NODEAGENT, *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def namespace(kube: Kube, name: str) -> str:
+    kube.post("/api/v1/namespaces", {"metadata": {"name": name}})
+    return name
+
+
+def pod_spec(group: str, **extra: Any) -> JSON:
+    spec: JSON = {
+        "nodeSelector": {GROUP_LABEL: group},
+        "terminationGracePeriodSeconds": 30,
+        "containers": [{"name": "app", "image": "registry.invalid/app:1"}],
+    }
+    spec.update(extra)
+    return spec
+
+
+def bare_pod(
+    kube: Kube,
+    ns: str,
+    name: str,
+    node: str,
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
+) -> JSON:
+    body = {
+        "metadata": {"name": name, "namespace": ns, "annotations": annotations or {}},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 30,
+            "containers": [{"name": "app", "image": "registry.invalid/app:1"}],
+            **spec,
+        },
+    }
+    return kube.post(pods_path(ns), body)
+
+
+def deployment(
+    kube: Kube,
+    ns: str,
+    name: str,
+    group: str,
+    replicas: int,
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
+) -> JSON:
+    labels = {"app": name}
+    body = {
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels, "annotations": annotations or {}},
+                "spec": pod_spec(group, **spec),
+            },
+        },
+    }
+    return kube.post(f"/apis/apps/v1/namespaces/{ns}/deployments", body)
+
+
+def daemonset(kube: Kube, ns: str, name: str, group: str) -> JSON:
+    labels = {"app": name}
+    body = {
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec(group)},
+        },
+    }
+    return kube.post(f"/apis/apps/v1/namespaces/{ns}/daemonsets", body)
+
+
+def pdb(kube: Kube, ns: str, name: str, selector: dict[str, str], **spec: Any) -> JSON:
+    body = {
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"selector": {"matchLabels": selector}, **spec},
+    }
+    return kube.post(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", body)
+
+
+def pods_on(kube: Kube, node: str) -> list[JSON]:
+    query = {"fieldSelector": f"spec.nodeName={node}"}
+    return list(kube.request("GET", "/api/v1/pods", query=query)["items"])
+
+
+def running(pods: list[JSON]) -> list[JSON]:
+    return [
+        p
+        for p in pods
+        if (p.get("status") or {}).get("phase") == "Running"
+        and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def ready(pod: JSON) -> bool:
+    conds = (pod.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+
+
+def wait_running(kube: Kube, node: str, count: int, timeout: float = 60) -> list[JSON]:
+    return list(
+        wait_until(
+            lambda: (lambda r: r if len(r) >= count else None)(
+                [p for p in running(pods_on(kube, node)) if ready(p)]
+            ),
+            timeout,
+            f"{count} Ready pods on {node}",
+        )
+    )
+
+
+def wait_pdb_ready(kube: Kube, ns: str, name: str, timeout: float = 30) -> JSON:
+    """Until the disruption controller has observed the PDB (evictions get 429 before)."""
+    path = f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/{name}"
+
+    def check() -> JSON | None:
+        obj = kube.get(path)
+        status = obj.get("status") or {}
+        observed = status.get("observedGeneration") == obj["metadata"]["generation"]
+        return obj if observed and status.get("expectedPods") else None
+
+    return dict(wait_until(check, timeout, f"PDB {ns}/{name} observed"))
+
+
+def node(kube: Kube, name: str) -> JSON:
+    return kube.get(node_path(name))
+
+
+def node_events(kube: Kube, name: str) -> list[JSON]:
+    query = {"fieldSelector": f"involvedObject.kind=Node,involvedObject.name={name}"}
+    return list(kube.request("GET", "/api/v1/namespaces/default/events", query=query)["items"])
+
+
+def exists(kube: Kube, path: str) -> bool:
+    try:
+        kube.get(path)
+    except ApiError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path

@@ -1,0 +1,331 @@
+"""`nodeagent drain` / `uncordon` against a real API server, controllers and scheduler."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from nodeagent.cordon import BOOT_ID, CORDONED_BY, DRAIN_REASON, DRAIN_STARTED_AT
+from nodeagent.drain import Drain, DrainOptions, DrainResult
+from nodeagent.kube import Kube, node_path, pods_path
+from nodeagent.report import EventRecorder
+from tests import kubeutil as ku
+
+
+@dataclass
+class Pair:
+    """Node `a` holds the workloads; node `b` takes replacements once opened."""
+
+    kube: Kube
+    group: str
+    a: str
+    b: str
+    ns: str
+
+    def open_b(self) -> None:
+        self.kube.merge_patch(node_path(self.b), {"spec": {"unschedulable": False}})
+
+    def drain(self, **opts: Any) -> DrainResult:
+        options = DrainOptions(**opts)
+        events = EventRecorder(self.kube, self.a)
+        result = Drain(self.kube, self.a, options, events).run()
+        events.flush()
+        return result
+
+
+@pytest.fixture
+def pair(cluster: Any, kube: Kube) -> Pair:
+    group = ku.unique("g")
+    a, b = f"{group}-a", f"{group}-b"
+    cluster.add_node(a, {ku.GROUP_LABEL: group})
+    cluster.add_node(b, {ku.GROUP_LABEL: group})
+    kube.merge_patch(node_path(b), {"spec": {"unschedulable": True}})
+    ns = ku.namespace(kube, group)
+    return Pair(kube, group, a, b, ns)
+
+
+def agent(pair: Pair, *args: str, kubeconfig: str) -> Any:
+    return ku.run_agent(*args, "--node", pair.a, "--kubeconfig", kubeconfig)
+
+
+def test_drain_evicts_workloads_and_leaves_daemonsets(pair: Pair, admin_kubeconfig: str) -> None:
+    kube = pair.kube
+    ku.deployment(kube, pair.ns, "web", pair.group, 3)
+    ku.daemonset(kube, pair.ns, "logs", pair.group)
+    ku.bare_pod(kube, pair.ns, "scratch", pair.a, volumes=[{"name": "tmp", "emptyDir": {}}])
+    ku.wait_running(kube, pair.a, 5)
+    pair.open_b()
+
+    res = agent(pair, "drain", "--deadline", "60s", kubeconfig=admin_kubeconfig)
+
+    assert res.returncode == 0, res.stderr + res.stdout
+    assert "drained" in res.stdout
+    assert "emptyDir data will be lost" in res.stdout
+    assert "DaemonSet-managed: 1" in res.stdout
+    left = ku.running(ku.pods_on(kube, pair.a))
+    assert [p["metadata"]["name"] for p in left] == [
+        p["metadata"]["name"] for p in left if p["metadata"]["name"].startswith("logs-")
+    ]
+    assert len(left) == 1
+    ku.wait_running(kube, pair.b, 4)  # 3 replacements + the DaemonSet pod on b
+    node = ku.node(kube, pair.a)
+    ann = node["metadata"]["annotations"]
+    assert node["spec"]["unschedulable"] is True
+    assert ann[CORDONED_BY] == "nodeagent"
+    assert ann[DRAIN_REASON] == "manual"
+    assert ann[DRAIN_STARTED_AT].endswith("Z")
+    assert ann[BOOT_ID] == node["status"]["nodeInfo"]["bootID"] != ""
+    reasons = {e["reason"] for e in ku.node_events(kube, pair.a)}
+    assert {"Cordoned", "DrainStarted", "Drained"} <= reasons
+
+
+def test_finished_and_mirror_pods_are_skipped(pair: Pair) -> None:
+    kube = pair.kube
+    done = ku.bare_pod(kube, pair.ns, "done", pair.a)
+    ku.wait_running(kube, pair.a, 1)
+    kube.merge_patch(pods_path(pair.ns, "done") + "/status", {"status": {"phase": "Succeeded"}})
+    mirror = {"kubernetes.io/config.mirror": "hash", "kubernetes.io/config.source": "file"}
+    ku.bare_pod(kube, pair.ns, "static", pair.a, annotations=mirror)
+
+    result = pair.drain(deadline=20)
+
+    assert result.outcome == "drained"
+    assert {(p.name, p.detail) for p in result.skipped} == {
+        ("done", "finished (Succeeded)"),
+        ("static", "static (mirror) pod"),
+    }
+    assert result.evicted == []
+    assert ku.exists(kube, pods_path(pair.ns, "done"))
+    assert done["metadata"]["uid"]
+
+
+def test_dry_run_mutates_nothing(pair: Pair, admin_kubeconfig: str) -> None:
+    kube = pair.kube
+    ku.deployment(kube, pair.ns, "web", pair.group, 2)
+    ku.wait_running(kube, pair.a, 2)
+    before = {
+        p["metadata"]["uid"]: p["metadata"]["resourceVersion"] for p in ku.pods_on(kube, pair.a)
+    }
+    node_rv = ku.node(kube, pair.a)["metadata"]["resourceVersion"]
+
+    res = agent(pair, "drain", "--dry-run", kubeconfig=admin_kubeconfig)
+
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("would evict") == 2
+    after = {
+        p["metadata"]["uid"]: p["metadata"]["resourceVersion"] for p in ku.pods_on(kube, pair.a)
+    }
+    assert after == before
+    node = ku.node(kube, pair.a)
+    # The simulated kubelet heartbeats status; the spec and the annotations must not move.
+    assert not node["spec"].get("unschedulable")
+    assert CORDONED_BY not in node["metadata"].get("annotations", {})
+    assert ku.node_events(kube, pair.a) == []
+    assert node_rv
+
+
+def test_pdb_paces_the_drain_until_replacements_are_ready(pair: Pair) -> None:
+    kube = pair.kube
+    ku.deployment(
+        kube, pair.ns, "db", pair.group, 4, annotations={"sim.nodeagent.io/ready-delay": "1s"}
+    )
+    ku.pdb(kube, pair.ns, "db", {"app": "db"}, maxUnavailable=1)
+    ku.wait_running(kube, pair.a, 4)
+    ku.wait_pdb_ready(kube, pair.ns, "db")
+    pair.open_b()
+
+    result = pair.drain(deadline=60)
+
+    assert result.outcome == "drained", result
+    times = sorted(p.evicted_at or 0 for p in result.evicted)
+    assert len(times) == 4
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    # One at a time: each eviction waits for a replacement to become Ready (~1 s).
+    assert min(gaps) > 0.7, gaps
+    assert max(gaps) < 5, gaps  # retried on the PDB's change, not on a long fixed sleep
+
+
+def test_pdb_that_never_allows_hits_the_deadline(pair: Pair, admin_kubeconfig: str) -> None:
+    kube = pair.kube
+    ku.deployment(kube, pair.ns, "quorum", pair.group, 2)
+    ku.pdb(kube, pair.ns, "quorum-pdb", {"app": "quorum"}, minAvailable=2)
+    ku.wait_running(kube, pair.a, 2)
+    ku.wait_pdb_ready(kube, pair.ns, "quorum-pdb")
+
+    start = time.monotonic()
+    res = agent(pair, "drain", "--deadline", "4s", kubeconfig=admin_kubeconfig)
+    took = time.monotonic() - start
+
+    assert res.returncode == 3, res.stderr + res.stdout
+    assert took < 15
+    assert "timed-out" in res.stdout
+    assert f"blocking PodDisruptionBudgets: {pair.ns}/quorum-pdb" in res.stdout
+    assert len(ku.running(ku.pods_on(kube, pair.a))) == 2
+    timed_out = [e for e in ku.node_events(kube, pair.a) if e["reason"] == "DrainTimedOut"]
+    assert timed_out and "quorum-pdb" in timed_out[0]["message"]
+
+
+def test_force_after_deadline_deletes_what_is_left(pair: Pair) -> None:
+    kube = pair.kube
+    ku.deployment(kube, pair.ns, "quorum", pair.group, 1)
+    ku.pdb(kube, pair.ns, "quorum-pdb", {"app": "quorum"}, minAvailable=1)
+    ku.wait_running(kube, pair.a, 1)
+    ku.wait_pdb_ready(kube, pair.ns, "quorum-pdb")
+
+    result = pair.drain(deadline=2, force_after_deadline=True)
+
+    assert result.outcome == "forced"
+    assert len(result.forced) == 1 and "PDB" in result.forced[0].detail
+    ku.wait_until(lambda: not ku.running(ku.pods_on(kube, pair.a)), 10, "forced pod gone")
+
+
+def test_multiple_pdbs_are_reported(pair: Pair) -> None:
+    kube = pair.kube
+    ku.deployment(kube, pair.ns, "web", pair.group, 1)
+    ku.pdb(kube, pair.ns, "one", {"app": "web"}, maxUnavailable=1)
+    ku.pdb(kube, pair.ns, "two", {"app": "web"}, maxUnavailable=1)
+    ku.wait_running(kube, pair.a, 1)
+
+    result = pair.drain(deadline=3)
+
+    assert result.outcome == "timed-out"
+    assert "MultiplePDBs" in result.blocked[0].detail
+
+
+def test_do_not_disrupt_pods_wait_for_the_ceiling(pair: Pair) -> None:
+    kube = pair.kube
+    busy = {"karpenter.sh/do-not-disrupt": "true"}
+    ku.bare_pod(kube, pair.ns, "query", pair.a, annotations=busy)
+    ku.bare_pod(kube, pair.ns, "finishes", pair.a, annotations=busy)
+    ku.bare_pod(kube, pair.ns, "plain", pair.a)
+    ku.wait_running(kube, pair.a, 3)
+
+    def finish_soon() -> None:
+        time.sleep(0.5)
+        kube.merge_patch(
+            pods_path(pair.ns, "finishes") + "/status", {"status": {"phase": "Succeeded"}}
+        )
+
+    import threading
+
+    threading.Thread(target=finish_soon, daemon=True).start()
+    start = time.monotonic()
+    result = pair.drain(deadline=30, do_not_disrupt_ceiling=2.5)
+
+    assert result.outcome == "drained"
+    evicted = {p.name: (p.evicted_at or 0) - start for p in result.evicted}
+    assert set(evicted) == {"query", "plain"}  # "finishes" ended on its own: never evicted
+    assert evicted["plain"] < 1.0
+    assert 2.4 <= evicted["query"] < 4.0
+
+
+def test_priority_order_lowest_first_critical_last(pair: Pair, kube: Kube) -> None:
+    for name, value in (("low", 100), ("high", 10000)):
+        cls = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": f"{pair.group}-{name}"},
+            "value": value,
+        }
+        kube.post("/apis/scheduling.k8s.io/v1/priorityclasses", cls)
+    ku.bare_pod(kube, pair.ns, "high", pair.a, priorityClassName=f"{pair.group}-high")
+    ku.bare_pod(kube, pair.ns, "low", pair.a, priorityClassName=f"{pair.group}-low")
+    ku.bare_pod(
+        kube,
+        "kube-system",
+        f"{pair.group}-dns",
+        pair.a,
+        priorityClassName="system-cluster-critical",
+    )
+    ku.bare_pod(kube, pair.ns, "default", pair.a)
+    ku.wait_running(kube, pair.a, 4)
+
+    result = pair.drain(deadline=30)
+
+    order = [p.name for p in sorted(result.evicted, key=lambda p: p.evicted_at or 0)]
+    assert order == ["default", "low", "high", f"{pair.group}-dns"]
+
+
+def test_uncordon_undoes_only_the_agents_cordon(pair: Pair, admin_kubeconfig: str) -> None:
+    kube = pair.kube
+    assert pair.drain(deadline=10).outcome == "drained"
+
+    res = agent(pair, "uncordon", kubeconfig=admin_kubeconfig)
+
+    assert res.returncode == 0, res.stderr
+    node = ku.node(kube, pair.a)
+    assert not node["spec"].get("unschedulable")
+    assert not any(k.startswith("nodeagent.io/") for k in node["metadata"].get("annotations", {}))
+    assert "Uncordoned" in {e["reason"] for e in ku.node_events(kube, pair.a)}
+
+
+def test_uncordon_refuses_a_node_a_person_cordoned(pair: Pair, admin_kubeconfig: str) -> None:
+    kube = pair.kube
+    kube.merge_patch(node_path(pair.a), {"spec": {"unschedulable": True}})
+
+    res = agent(pair, "uncordon", kubeconfig=admin_kubeconfig)
+
+    assert res.returncode == 4
+    assert "cordoned by someone else" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert ku.node(kube, pair.a)["spec"]["unschedulable"] is True
+    forced = agent(pair, "uncordon", "--force", kubeconfig=admin_kubeconfig)
+    assert forced.returncode == 0
+    assert not ku.node(kube, pair.a)["spec"].get("unschedulable")
+
+
+def test_drain_keeps_a_persons_cordon_unclaimed(pair: Pair) -> None:
+    kube = pair.kube
+    kube.merge_patch(node_path(pair.a), {"spec": {"unschedulable": True}})
+    result = pair.drain(deadline=10)
+    assert result.outcome == "drained" and result.cordoned is False
+    assert CORDONED_BY not in ku.node(kube, pair.a)["metadata"].get("annotations", {})
+
+
+def test_restricted_identity_gets_a_one_line_403(pair: Pair, cluster: Any, tmp_path: Any) -> None:
+    kc = cluster.mint_kubeconfig("viewer", [], tmp_path / "viewer.kubeconfig")
+    rv = ku.node(pair.kube, pair.a)["metadata"]["resourceVersion"]
+    start = time.monotonic()
+    res = agent(pair, "drain", kubeconfig=str(kc))
+    assert res.returncode == 1
+    assert time.monotonic() - start < 10
+    assert re.fullmatch(r"nodeagent: error: .*forbidden.*\n", res.stderr), res.stderr
+    node = ku.node(pair.kube, pair.a)
+    assert not node["spec"].get("unschedulable")
+    assert node["metadata"]["resourceVersion"] == rv or CORDONED_BY not in node["metadata"].get(
+        "annotations", {}
+    )
+
+
+def test_missing_node_is_a_one_line_error(admin_kubeconfig: str) -> None:
+    res = ku.run_agent("drain", "--node", "no-such-node", "--kubeconfig", admin_kubeconfig)
+    assert res.returncode == 1
+    assert res.stderr == 'nodeagent: error: node "no-such-node" not found\n'
+
+
+def test_missing_kubeconfig_is_a_one_line_error(tmp_path: Any) -> None:
+    res = ku.run_agent("drain", "--node", "x", "--kubeconfig", str(tmp_path / "nope"))
+    assert res.returncode == 2
+    assert res.stderr == f"nodeagent: error: kubeconfig {tmp_path / 'nope'}: no such file\n"
+
+
+def test_api_server_down_fails_fast(pair: Pair, cluster: Any, admin_kubeconfig: str) -> None:
+    cluster.stop_apiserver()
+    try:
+        start = time.monotonic()
+        res = agent(pair, "drain", kubeconfig=admin_kubeconfig)
+        took = time.monotonic() - start
+    finally:
+        cluster.start_apiserver()
+    assert res.returncode == 1
+    assert took < 10
+    assert re.fullmatch(r"nodeagent: error: API server \S+ unreachable: .*\n", res.stderr), (
+        res.stderr
+    )
+    ku.wait_until(lambda: ku.node(pair.kube, pair.a), 30, "API server back")
+    assert not ku.node(pair.kube, pair.a)["spec"].get("unschedulable")
