@@ -46,7 +46,7 @@ def setup_logging(verbose: int, fmt: str) -> None:
     logging.basicConfig(level=level, handlers=[handler], force=True)
     # The client's own loggers are noisy at INFO and could echo request headers.
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
-    logging.getLogger("urllib3").setLevel(logging.WARNING)
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
 
 
 def fail(message: str, code: int) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,7 +71,10 @@ def _api_error(status: int, reason: str, data: bytes, headers: Any) -> ApiError:
 
 
 def _unreachable(host: str, exc: BaseException) -> Unreachable:
-    detail = str(exc).split(":")[-1].strip() or type(exc).__name__
+    text = str(getattr(exc, "reason", None) or exc)
+    # urllib3 nests the OS error deep in its message: keep only that part.
+    m = re.search(r"\[Errno -?\d+\] ([^'\"\)]+)", text)
+    detail = m.group(1) if m else text.rsplit(": ", 1)[-1].strip(" \"')") or type(exc).__name__
     return Unreachable(f"API server {host} unreachable: {detail}")
 
 

@@ -169,7 +169,10 @@ def node(kube: Kube, name: str) -> JSON:
 
 
 def node_events(kube: Kube, name: str) -> list[JSON]:
-    query = {"fieldSelector": f"involvedObject.kind=Node,involvedObject.name={name}"}
+    """Events nodeagent recorded on the Node (controllers record their own)."""
+    query = {
+        "fieldSelector": f"involvedObject.kind=Node,involvedObject.name={name},source=nodeagent"
+    }
     return list(kube.request("GET", "/api/v1/namespaces/default/events", query=query)["items"])
 
 
