@@ -234,6 +234,10 @@ class Agent:
 
     def _on_prepare_for_shutdown(self, active: bool, kind: Any) -> None:
         reason = str(getattr(kind, "value", kind))
+        if reason == "unknown":
+            # logind before v255 sends no type; PrepareForShutdown only ever means the
+            # machine is going down, so treat it as a poweroff rather than doing nothing.
+            reason = "poweroff"
         if not active:
             threading.Thread(target=self._shutdown_cancelled, daemon=True).start()
             return

@@ -1,0 +1,602 @@
+"""nodeagent.shutdown against a real dbus-daemon, with python-dbusmock serving logind and systemd.
+
+Each test gets its own private bus (a dbus-daemon with a minimal config) and its own mocks:
+python-dbusmock runs as a separate process under the system interpreter (Debian's
+python3-dbusmock; it needs dbus-python and GObject, which the venv does not have), and the
+code under test reaches it over jeepney, exactly as it reaches the real logind.
+
+The logind template already returns a real file descriptor from Inhibit() and drops the
+inhibitor from ListInhibitors() when that descriptor is closed, so lock handling is observed
+from logind's side. What the template lacks (PrepareForShutdownWithMetadata, the
+InhibitDelayMaxUSec property, systemd's ListJobs) is added through dbusmock's own
+org.freedesktop.DBus.Mock interface.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jeepney import DBusAddress, MessageType, new_method_call, new_signal
+from jeepney.bus_messages import message_bus
+from jeepney.io.blocking import DBusConnection, open_dbus_connection
+
+from nodeagent.shutdown import (
+    LOGIND_IFACE,
+    LOGIND_NAME,
+    LOGIND_PATH,
+    SYSTEMD_IFACE,
+    SYSTEMD_NAME,
+    SYSTEMD_PATH,
+    LogindInhibitor,
+    LogindUnavailableError,
+    ShutdownKind,
+    StopEvidence,
+    classify_jobs,
+    kind_from_logind_type,
+    parse_prepare_signal,
+    system_bus_address,
+    why_stopping,
+)
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+MOCK_IFACE = "org.freedesktop.DBus.Mock"
+WHY = "Draining the node before shutdown"
+
+BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path={socket}</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+  </policy>
+</busconfig>
+"""
+
+
+# -- fixtures -------------------------------------------------------------------------------
+
+
+@dataclass
+class Bus:
+    """A private dbus-daemon and the mocks started on it."""
+
+    address: str
+    workdir: Path
+    daemon: subprocess.Popen[bytes]
+    mocks: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def connect(self) -> DBusConnection:
+        return open_dbus_connection(self.address)
+
+    def start_mock(self, template: str, name: str) -> None:
+        """Run `python3 -m dbusmock --template` on this bus and wait until it owns `name`."""
+        env = {**os.environ, "DBUS_SYSTEM_BUS_ADDRESS": self.address}
+        env.pop("DBUS_SESSION_BUS_ADDRESS", None)
+        with (self.workdir / f"{template}.log").open("wb") as log:
+            proc = subprocess.Popen(
+                [SYSTEM_PYTHON, "-m", "dbusmock", "--system", "--template", template],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self.mocks.append(proc)
+        deadline = time.monotonic() + 20
+        with self.connect() as conn:
+            while not self._has_owner(conn, name):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    text = (self.workdir / f"{template}.log").read_text(errors="replace")
+                    raise AssertionError(f"dbusmock {template} did not start:\n{text}")
+                time.sleep(0.05)
+
+    @staticmethod
+    def _has_owner(conn: DBusConnection, name: str) -> bool:
+        reply = conn.send_and_get_reply(message_bus.NameHasOwner(name), timeout=5)
+        return bool(reply.body[0])
+
+    def stop(self) -> None:
+        for proc in [*self.mocks, self.daemon]:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+
+@pytest.fixture
+def bus(tmp_path: Path) -> Iterator[Bus]:
+    for tool in ("dbus-daemon", SYSTEM_PYTHON):
+        assert shutil.which(tool), f"{tool} is needed (apt-get install dbus python3-dbusmock)"
+    socket = tmp_path / "bus.socket"
+    config = tmp_path / "bus.conf"
+    config.write_text(BUS_CONFIG.format(socket=socket))
+    # --print-address answers once the daemon accepts connections; the socket file alone
+    # appears a moment before it listens.
+    with (tmp_path / "dbus-daemon.log").open("wb") as log:
+        daemon = subprocess.Popen(
+            [
+                "dbus-daemon",
+                f"--config-file={config}",
+                "--nofork",
+                "--nopidfile",
+                "--print-address",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=log,
+        )
+    assert daemon.stdout is not None
+    printed = daemon.stdout.readline().decode().strip()
+    log_text = (tmp_path / "dbus-daemon.log").read_text(errors="replace")
+    assert printed.startswith("unix:path="), f"dbus-daemon did not start: {log_text}"
+    b = Bus(address=f"unix:path={socket}", workdir=tmp_path, daemon=daemon)
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture
+def logind(bus: Bus) -> Iterator[Bus]:
+    bus.start_mock("logind", LOGIND_NAME)
+    yield bus
+
+
+@pytest.fixture
+def systemd(bus: Bus) -> Iterator[Bus]:
+    bus.start_mock("systemd", SYSTEMD_NAME)
+    yield bus
+
+
+# -- helpers that drive the mocks -----------------------------------------------------------
+
+
+def mock_call(bus: Bus, path: str, method: str, signature: str, body: tuple[Any, ...]) -> Any:
+    """Call a method of dbusmock's control interface on object `path`."""
+    name = LOGIND_NAME if path == LOGIND_PATH else SYSTEMD_NAME
+    addr = DBusAddress(path, bus_name=name, interface=MOCK_IFACE)
+    with bus.connect() as conn:
+        reply = conn.send_and_get_reply(new_method_call(addr, method, signature, body), timeout=5)
+    assert reply.header.message_type is MessageType.method_return, reply.body
+    return reply.body
+
+
+def logind_call(bus: Bus, method: str) -> Any:
+    addr = DBusAddress(LOGIND_PATH, bus_name=LOGIND_NAME, interface=LOGIND_IFACE)
+    with bus.connect() as conn:
+        reply = conn.send_and_get_reply(new_method_call(addr, method), timeout=5)
+    assert reply.header.message_type is MessageType.method_return, reply.body
+    return reply.body[0]
+
+
+def emit_prepare(bus: Bus, active: bool, shutdown_type: str | None) -> None:
+    """Emit what logind emits: WithMetadata first (systemd >= 255), then the plain signal."""
+    if shutdown_type is not None:
+        metadata = {"type": ("s", shutdown_type)}
+        args = [("b", active), ("a{sv}", metadata)]
+        mock_call(
+            bus,
+            LOGIND_PATH,
+            "EmitSignal",
+            "sssav",
+            (LOGIND_IFACE, "PrepareForShutdownWithMetadata", "ba{sv}", args),
+        )
+    mock_call(
+        bus,
+        LOGIND_PATH,
+        "EmitSignal",
+        "sssav",
+        (LOGIND_IFACE, "PrepareForShutdown", "b", [("b", active)]),
+    )
+
+
+def our_inhibitors(bus: Bus) -> list[tuple[Any, ...]]:
+    return [i for i in logind_call(bus, "ListInhibitors") if i[1] == "nodeagent"]
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+def set_jobs(bus: Bus, jobs: list[tuple[str, str]]) -> None:
+    """Make the systemd mock's ListJobs return `jobs` as (unit, job_type) pairs."""
+    rows = [
+        (n + 1, unit, jtype, "waiting", f"{SYSTEMD_PATH}/job/{n + 1}", f"{SYSTEMD_PATH}/unit/x")
+        for n, (unit, jtype) in enumerate(jobs)
+    ]
+    mock_call(
+        bus,
+        SYSTEMD_PATH,
+        "AddMethod",
+        "sssss",
+        (SYSTEMD_IFACE, "ListJobs", "", "a(usssoo)", f"ret = {rows!r}"),
+    )
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+class Recorder:
+    """Collects on_prepare calls; waits for them."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[bool, ShutdownKind]] = []
+        self.event = threading.Condition()
+
+    def __call__(self, active: bool, kind: ShutdownKind) -> None:
+        with self.event:
+            self.calls.append((active, kind))
+            self.event.notify_all()
+
+    def wait(self, n: int, timeout: float = 5.0) -> list[tuple[bool, ShutdownKind]]:
+        with self.event:
+            assert self.event.wait_for(lambda: len(self.calls) >= n, timeout), self.calls
+            return list(self.calls)
+
+
+# -- LogindInhibitor ------------------------------------------------------------------------
+
+
+def test_start_takes_a_delay_lock_for_shutdown(logind: Bus) -> None:
+    inhibitor = LogindInhibitor(on_prepare=Recorder(), bus_address=logind.address)
+    inhibitor.start()
+    try:
+        assert inhibitor.held
+        assert our_inhibitors(logind) == [("shutdown", "nodeagent", WHY, "delay", 1000, 123456)]
+    finally:
+        inhibitor.close()
+    wait_for(lambda: our_inhibitors(logind) == [])
+
+
+def test_release_lets_logind_go_and_retake_takes_the_lock_again(logind: Bus) -> None:
+    with LogindInhibitor(on_prepare=Recorder(), bus_address=logind.address) as inhibitor:
+        inhibitor.release()
+        assert not inhibitor.held
+        wait_for(lambda: our_inhibitors(logind) == [])
+        inhibitor.release()  # idempotent
+        inhibitor.retake()
+        assert inhibitor.held
+        assert len(our_inhibitors(logind)) == 1
+        inhibitor.retake()  # a no-op while held: still one lock
+        assert len(our_inhibitors(logind)) == 1
+
+
+def test_a_child_process_does_not_inherit_the_lock(logind: Bus) -> None:
+    with LogindInhibitor(on_prepare=Recorder(), bus_address=logind.address) as inhibitor:
+        child = subprocess.Popen(["sleep", "30"], close_fds=False)
+        try:
+            inhibitor.release()
+            # Had the child inherited the descriptor, logind would still see the lock.
+            wait_for(lambda: our_inhibitors(logind) == [])
+        finally:
+            child.kill()
+            child.wait()
+
+
+def test_metadata_type_wins_and_each_transition_is_reported_once(logind: Bus) -> None:
+    rec = Recorder()
+    with LogindInhibitor(on_prepare=rec, bus_address=logind.address):
+        emit_prepare(logind, True, "reboot")
+        assert rec.wait(1) == [(True, ShutdownKind.REBOOT)]
+        emit_prepare(logind, False, "reboot")
+        assert rec.wait(2) == [(True, ShutdownKind.REBOOT), (False, ShutdownKind.REBOOT)]
+        emit_prepare(logind, True, "poweroff")
+        assert rec.wait(3)[-1] == (True, ShutdownKind.POWEROFF)
+        settle_until_quiet(rec, 3)
+
+
+def settle_until_quiet(rec: Recorder, expected: int) -> None:
+    """Fail if more calls arrive than expected (the plain twin of a typed signal)."""
+    time.sleep(0.3)
+    assert len(rec.calls) == expected, rec.calls
+
+
+def test_plain_prepare_for_shutdown_from_an_older_logind(logind: Bus) -> None:
+    rec = Recorder()
+    with LogindInhibitor(on_prepare=rec, bus_address=logind.address):
+        emit_prepare(logind, True, None)
+        assert rec.wait(1) == [(True, ShutdownKind.UNKNOWN)]
+        emit_prepare(logind, True, None)  # a repeat is not a new transition
+        emit_prepare(logind, False, None)
+        assert rec.wait(2) == [(True, ShutdownKind.UNKNOWN), (False, ShutdownKind.UNKNOWN)]
+        settle_until_quiet(rec, 2)
+
+
+def test_cancelled_shutdown_then_retake(logind: Bus) -> None:
+    rec = Recorder()
+    with LogindInhibitor(on_prepare=rec, bus_address=logind.address) as inhibitor:
+        emit_prepare(logind, True, "poweroff")
+        rec.wait(1)
+        inhibitor.release()
+        wait_for(lambda: our_inhibitors(logind) == [])
+        emit_prepare(logind, False, "poweroff")
+        assert rec.wait(2)[-1] == (False, ShutdownKind.POWEROFF)
+        inhibitor.retake()
+        assert len(our_inhibitors(logind)) == 1
+        emit_prepare(logind, True, "soft-reboot")
+        assert rec.wait(3)[-1] == (True, ShutdownKind.SOFT_REBOOT)
+
+
+def test_signals_from_anyone_but_logind_are_ignored(logind: Bus) -> None:
+    rec = Recorder()
+    with LogindInhibitor(on_prepare=rec, bus_address=logind.address), logind.connect() as conn:
+        # Same path, interface and member as logind's, but sent by an impostor.
+        addr = DBusAddress(LOGIND_PATH, interface=LOGIND_IFACE)
+        conn.send(new_signal(addr, "PrepareForShutdown", "b", (True,)))
+        time.sleep(0.3)
+        assert rec.calls == []
+        emit_prepare(logind, True, "halt")
+        assert rec.wait(1) == [(True, ShutdownKind.HALT)]
+
+
+def test_a_failing_callback_does_not_stop_the_listener(logind: Bus) -> None:
+    rec = Recorder()
+
+    def flaky(active: bool, kind: ShutdownKind) -> None:
+        rec(active, kind)
+        if len(rec.calls) == 1:
+            raise RuntimeError("boom")
+
+    with LogindInhibitor(on_prepare=flaky, bus_address=logind.address):
+        emit_prepare(logind, True, "reboot")
+        rec.wait(1)
+        emit_prepare(logind, False, "reboot")
+        assert rec.wait(2)[-1] == (False, ShutdownKind.REBOOT)
+
+
+def test_a_shutdown_already_under_way_at_start_is_reported(logind: Bus) -> None:
+    mock_call(
+        logind,
+        LOGIND_PATH,
+        "UpdateProperties",
+        "sa{sv}",
+        (LOGIND_IFACE, {"PreparingForShutdown": ("b", True)}),
+    )
+    rec = Recorder()
+    with LogindInhibitor(on_prepare=rec, bus_address=logind.address):
+        assert rec.wait(1) == [(True, ShutdownKind.UNKNOWN)]
+
+
+def test_inhibit_delay_max_seconds(logind: Bus) -> None:
+    inhibitor = LogindInhibitor(on_prepare=Recorder(), bus_address=logind.address)
+    with pytest.raises(LogindUnavailableError, match="InhibitDelayMaxUSec"):
+        inhibitor.inhibit_delay_max_seconds()  # the stock template lacks the property
+    mock_call(
+        logind,
+        LOGIND_PATH,
+        "AddProperty",
+        "ssv",
+        (LOGIND_IFACE, "InhibitDelayMaxUSec", ("t", 120_000_000)),
+    )
+    assert inhibitor.inhibit_delay_max_seconds() == 120.0
+
+
+def test_start_without_logind_raises_a_clear_error(bus: Bus) -> None:
+    inhibitor = LogindInhibitor(on_prepare=Recorder(), bus_address=bus.address)
+    with pytest.raises(LogindUnavailableError, match=r"logind refused .*ServiceUnknown"):
+        inhibitor.start()
+    assert not inhibitor.held
+
+
+def test_start_without_a_bus_raises_a_clear_error(tmp_path: Path) -> None:
+    address = f"unix:path={tmp_path}/nobody-listens"
+    inhibitor = LogindInhibitor(on_prepare=Recorder(), bus_address=address)
+    with pytest.raises(LogindUnavailableError, match="cannot connect to the system bus"):
+        inhibitor.start()
+
+
+def test_losing_the_bus_releases_the_lock_and_reports(logind: Bus) -> None:
+    lost: list[BaseException] = []
+    inhibitor = LogindInhibitor(
+        on_prepare=Recorder(), bus_address=logind.address, on_lost=lost.append
+    )
+    inhibitor.start()
+    try:
+        assert inhibitor.held
+        logind.daemon.terminate()
+        logind.daemon.wait(5)
+        wait_for(lambda: bool(lost))
+        assert not inhibitor.held
+    finally:
+        inhibitor.close()
+
+
+def test_close_leaves_no_thread_and_no_descriptor_behind(logind: Bus) -> None:
+    before_fds = open_fds()
+    before_threads = set(threading.enumerate())
+    inhibitor = LogindInhibitor(on_prepare=Recorder(), bus_address=logind.address)
+    inhibitor.start()
+    inhibitor.release()
+    inhibitor.retake()
+    with pytest.raises(LogindUnavailableError):  # an error reply must not leak either
+        inhibitor.inhibit_delay_max_seconds()
+    inhibitor.close()
+    inhibitor.close()  # idempotent
+    assert not inhibitor.held
+    assert set(threading.enumerate()) <= before_threads
+    assert open_fds() <= before_fds
+
+
+def test_the_system_bus_comes_from_the_environment(
+    logind: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", logind.address)
+    assert system_bus_address() == logind.address
+    with LogindInhibitor(on_prepare=Recorder()) as inhibitor:
+        assert inhibitor.held
+        assert len(our_inhibitors(logind)) == 1
+    monkeypatch.delenv("DBUS_SYSTEM_BUS_ADDRESS")
+    assert system_bus_address() is None
+
+
+# -- why_stopping ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("jobs", "kind"),
+    [
+        ([("poweroff.target", "start"), ("nodeagent.service", "stop")], ShutdownKind.POWEROFF),
+        ([("reboot.target", "start"), ("nodeagent.service", "stop")], ShutdownKind.REBOOT),
+        ([("nodeagent.service", "stop")], ShutdownKind.STOP),
+        ([("nodeagent.service", "restart")], ShutdownKind.RESTART),
+        ([("other.service", "stop")], ShutdownKind.UNKNOWN),
+        ([], ShutdownKind.UNKNOWN),
+    ],
+)
+def test_why_stopping_reads_systemds_jobs(
+    systemd: Bus, jobs: list[tuple[str, str]], kind: ShutdownKind
+) -> None:
+    set_jobs(systemd, jobs)
+    evidence = why_stopping("nodeagent.service", bus_address=systemd.address)
+    assert evidence == StopEvidence(kind, tuple(f"{t} {u}" for u, t in jobs))
+
+
+def test_why_stopping_reports_only_the_telling_jobs(systemd: Bus) -> None:
+    # A real shutdown queues a stop for every unit; the evidence keeps what decided.
+    set_jobs(
+        systemd,
+        [
+            ("dbus.service", "stop"),
+            ("shutdown.target", "start"),
+            ("reboot.target", "start"),
+            ("tmp.mount", "stop"),
+            ("nodeagent.service", "stop"),
+        ],
+    )
+    evidence = why_stopping(bus_address=systemd.address)
+    assert evidence == StopEvidence(
+        ShutdownKind.REBOOT,
+        ("start shutdown.target", "start reboot.target", "stop nodeagent.service"),
+    )
+
+
+def test_why_stopping_without_systemd_says_unknown_and_why(bus: Bus) -> None:
+    evidence = why_stopping(bus_address=bus.address)
+    assert evidence.kind is ShutdownKind.UNKNOWN
+    assert len(evidence.jobs) == 1
+    assert evidence.jobs[0].startswith("error: ")
+    assert "ServiceUnknown" in evidence.jobs[0]
+
+
+def test_why_stopping_without_a_bus_says_unknown(tmp_path: Path) -> None:
+    evidence = why_stopping(bus_address=f"unix:path={tmp_path}/none")
+    assert evidence.kind is ShutdownKind.UNKNOWN
+    assert evidence.jobs[0].startswith("error: ")
+
+
+def test_why_stopping_gives_up_quickly_on_a_hung_systemd(systemd: Bus) -> None:
+    mock_call(
+        systemd,
+        SYSTEMD_PATH,
+        "AddMethod",
+        "sssss",
+        (SYSTEMD_IFACE, "ListJobs", "", "a(usssoo)", "import time; time.sleep(6); ret = []"),
+    )
+    started = time.monotonic()
+    evidence = why_stopping(bus_address=systemd.address, timeout=1.0)
+    elapsed = time.monotonic() - started
+    assert evidence.kind is ShutdownKind.UNKNOWN
+    assert "error: " in evidence.jobs[0]
+    assert elapsed < 2.0
+
+
+def test_why_stopping_leaks_no_descriptors(systemd: Bus) -> None:
+    set_jobs(systemd, [("nodeagent.service", "stop")])
+    why_stopping(bus_address=systemd.address)  # warm up lazy imports
+    before = open_fds()
+    for _ in range(20):
+        assert why_stopping(bus_address=systemd.address).kind is ShutdownKind.STOP
+    assert open_fds() <= before
+
+
+# -- the pure parts, no bus needed ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("jobs", "kind"),
+    [
+        ([("poweroff.target", "start")], ShutdownKind.POWEROFF),
+        ([("systemd-poweroff.service", "start")], ShutdownKind.POWEROFF),
+        ([("halt.target", "start")], ShutdownKind.HALT),
+        ([("kexec.target", "start")], ShutdownKind.KEXEC),
+        ([("soft-reboot.target", "start")], ShutdownKind.SOFT_REBOOT),
+        ([("systemd-reboot.service", "start")], ShutdownKind.REBOOT),
+        # Every shutdown starts shutdown.target; the kind-specific target wins when queued.
+        ([("shutdown.target", "start"), ("reboot.target", "start")], ShutdownKind.REBOOT),
+        ([("shutdown.target", "start"), ("nodeagent.service", "stop")], ShutdownKind.POWEROFF),
+        ([("final.target", "start")], ShutdownKind.POWEROFF),
+        # A shutdown beats what happens to our own unit.
+        ([("nodeagent.service", "restart"), ("poweroff.target", "start")], ShutdownKind.POWEROFF),
+        ([("nodeagent.service", "try-restart")], ShutdownKind.RESTART),
+        ([("nodeagent.service", "stop"), ("rescue.target", "start")], ShutdownKind.STOP),
+        # Someone else's stop or restart is not ours.
+        ([("kubelet.service", "restart")], ShutdownKind.UNKNOWN),
+        ([("kubelet.service", "stop")], ShutdownKind.UNKNOWN),
+        # A stop job on a shutdown target is not a shutdown.
+        ([("poweroff.target", "stop")], ShutdownKind.UNKNOWN),
+        ([("nodeagent.service", "start")], ShutdownKind.UNKNOWN),
+    ],
+)
+def test_classify_jobs(jobs: list[tuple[str, str]], kind: ShutdownKind) -> None:
+    assert classify_jobs(jobs, "nodeagent.service") is kind
+
+
+def test_classify_jobs_uses_the_given_unit() -> None:
+    assert classify_jobs([("agent@x.service", "stop")], "agent@x.service") is ShutdownKind.STOP
+    assert classify_jobs([("agent@x.service", "stop")], "nodeagent.service") is (
+        ShutdownKind.UNKNOWN
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("poweroff", ShutdownKind.POWEROFF),
+        ("power-off", ShutdownKind.POWEROFF),
+        ("reboot", ShutdownKind.REBOOT),
+        ("halt", ShutdownKind.HALT),
+        ("kexec", ShutdownKind.KEXEC),
+        ("soft-reboot", ShutdownKind.SOFT_REBOOT),
+        ("suspend", ShutdownKind.UNKNOWN),
+        ("", ShutdownKind.UNKNOWN),
+    ],
+)
+def test_kind_from_logind_type(text: str, kind: ShutdownKind) -> None:
+    assert kind_from_logind_type(text) is kind
+
+
+def test_parse_prepare_signal() -> None:
+    assert parse_prepare_signal("PrepareForShutdown", (True,)) == (True, ShutdownKind.UNKNOWN)
+    assert parse_prepare_signal(
+        "PrepareForShutdownWithMetadata", (False, {"type": ("s", "kexec")})
+    ) == (False, ShutdownKind.KEXEC)
+    assert parse_prepare_signal("PrepareForShutdownWithMetadata", (True, {})) == (
+        True,
+        ShutdownKind.UNKNOWN,
+    )
+    assert parse_prepare_signal("PrepareForSleep", (True,)) is None
+
+
+def test_shutdown_kind_values_are_the_wire_strings() -> None:
+    assert str(ShutdownKind.SOFT_REBOOT) == "soft-reboot"
+    assert isinstance(ShutdownKind.SOFT_REBOOT, str)
+    assert ShutdownKind("poweroff") is ShutdownKind.POWEROFF
