@@ -1,0 +1,625 @@
+"""A real local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)
+plus the kubelet simulator, all on loopback, for tests, benchmarks and demos.
+
+    cluster = Cluster.start(tmp_path)          # ~10 s with built binaries
+    cluster.add_node("node-a")
+    ...                                        # cluster.kubeconfig is an admin kubeconfig
+    cluster.stop()
+
+State (ports, pids) lives in WORKDIR/state.json, so Cluster.load(WORKDIR).stop() works from
+another process; logs are in WORKDIR/logs/<component>.log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import pki
+from .kubeapi import ApiError, Kube, wait_for
+from .kubeconfig import write_kubeconfig
+from .podstatus import DEFAULT_CAPACITY
+from .procs import TERM_GRACE, ProcRef, free_ports, log_tail, proc_ref, spawn, terminate
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD_SCRIPT = REPO / "hack" / "build-control-plane.sh"
+STATE_FILE = "state.json"
+ETCD, APISERVER, KCM, SCHEDULER, SIM = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubelet-sim",
+)
+COMPONENTS = (ETCD, APISERVER, KCM, SCHEDULER, SIM)
+STOP_PHASES = ((SIM, SCHEDULER, KCM), (APISERVER,), (ETCD,))
+PORTS = ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler")
+SIM_LABEL = "nodeagent.io/simulated"
+CONTROLLERS = (
+    "disruption-controller",
+    "node-lifecycle-controller",
+    "namespace-controller",
+    "garbage-collector-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "daemonset-controller",
+    "statefulset-controller",
+    "job-controller",
+    "replicationcontroller-controller",
+    "serviceaccount-controller",
+    "pod-garbage-collector-controller",
+    "clusterrole-aggregation-controller",
+)
+SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+BUILD_TIMEOUT = 3600.0
+READY_TIMEOUT = {ETCD: 30.0, APISERVER: 90.0, KCM: 60.0, SCHEDULER: 60.0, SIM: 60.0}
+
+
+class ClusterError(RuntimeError):
+    """The local cluster could not be started, reached or stopped."""
+
+
+def default_workdir() -> Path:
+    env = os.environ.get("NODEAGENT_CLUSTER_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "nodeagent" / "cluster"
+
+
+def find_binaries() -> Path:
+    """Directory with the control-plane binaries: $NODEAGENT_CP_BIN_DIR, else build/cache."""
+    env = os.environ.get("NODEAGENT_CP_BIN_DIR")
+    if env:
+        return Path(env)
+    try:
+        proc = subprocess.run(
+            ["bash", str(BUILD_SCRIPT)],
+            stdout=subprocess.PIPE,
+            text=True,
+            timeout=BUILD_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise ClusterError(f"{BUILD_SCRIPT} took over {BUILD_TIMEOUT:.0f}s") from exc
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise ClusterError(f"{BUILD_SCRIPT} failed with exit code {proc.returncode}")
+    return Path(lines[-1])
+
+
+def _probe(url: str, context: ssl.SSLContext | None = None) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=context) as resp:
+            return int(resp.status) == 200
+    except (OSError, urllib.error.URLError, ssl.SSLError):
+        return False
+
+
+def _insecure() -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+@dataclass
+class Cluster:
+    """Handle on one local cluster living in `workdir`."""
+
+    workdir: Path
+    bin_dir: Path
+    ports: dict[str, int]
+    procs: dict[str, ProcRef] = field(default_factory=dict)
+    apiserver_extra_args: list[str] = field(default_factory=list)
+    _children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+    _kube: Kube | None = field(default=None, repr=False)
+
+    # ---- paths -------------------------------------------------------------------------
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.workdir / "pki"
+
+    @property
+    def kubeconfig(self) -> Path:
+        """Admin (system:masters) kubeconfig."""
+        return self.workdir / "admin.kubeconfig"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    @property
+    def etcd_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['etcd']}"
+
+    def log_path(self, component: str) -> Path:
+        return self.workdir / "logs" / f"{component}.log"
+
+    @property
+    def kube(self) -> Kube:
+        """A JSON client with admin rights (created on first use)."""
+        if self._kube is None:
+            self._kube = Kube(self.kubeconfig)
+        return self._kube
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    @classmethod
+    def start(
+        cls,
+        workdir: Path,
+        kubeconfig: Path | None = None,
+        *,
+        bin_dir: Path | None = None,
+        apiserver_extra_args: Sequence[str] = (),
+    ) -> Cluster:
+        """Start etcd, the control plane and the kubelet simulator; return when all are ready.
+
+        `apiserver_extra_args` are appended to kube-apiserver's flags (and kept for
+        start_apiserver()), e.g. ["--watch-cache=false"] so that watches and lists at a
+        compacted resourceVersion reach etcd and get 410 Gone.
+        """
+        workdir = Path(workdir).expanduser().absolute()
+        if stray_processes(workdir):
+            raise ClusterError(f"a cluster is (partly) running in {workdir}: stop it first")
+        bins = bin_dir or find_binaries()
+        ports = dict(zip(PORTS, free_ports(len(PORTS)), strict=True))
+        cluster = cls(workdir, bins, ports, apiserver_extra_args=list(apiserver_extra_args))
+        try:
+            cluster._prepare()
+            cluster._launch(ETCD)
+            cluster._launch(APISERVER)
+            for name in (KCM, SCHEDULER, SIM):
+                cluster._spawn(name)
+            for name in (KCM, SCHEDULER, SIM):
+                cluster._wait_ready(name)
+        except BaseException:
+            with contextlib.suppress(ClusterError):
+                cluster.stop()
+            raise
+        if kubeconfig is not None:
+            cluster.export_kubeconfig(kubeconfig)
+        return cluster
+
+    @classmethod
+    def load(cls, workdir: Path) -> Cluster:
+        """The cluster recorded in WORKDIR/state.json (maybe stopped)."""
+        workdir = Path(workdir).expanduser().absolute()
+        try:
+            state = json.loads((workdir / STATE_FILE).read_text())
+        except (FileNotFoundError, ValueError) as exc:
+            raise ClusterError(f"no cluster state in {workdir}") from exc
+        procs = {n: ProcRef(int(p["pid"]), int(p["started"])) for n, p in state["procs"].items()}
+        extra = [str(a) for a in state.get("apiserver_extra_args") or []]
+        return cls(workdir, Path(state["bin_dir"]), dict(state["ports"]), procs, extra)
+
+    def running(self) -> bool:
+        """True when every component is alive."""
+        return all(n in self.procs and self.procs[n].alive() for n in COMPONENTS)
+
+    def ready(self) -> bool:
+        return self.running() and self._apiserver_ready()
+
+    def stop(self) -> None:
+        """Stop every component (TERM, then KILL) and any stray process of this workdir."""
+        children = list(self._children.values())
+        left: list[ProcRef] = []
+        for phase in STOP_PHASES:  # clients first, etcd last: each exits promptly
+            left += terminate([self.procs[n] for n in phase if n in self.procs], children)
+        left += terminate(stray_processes(self.workdir))
+        self.procs.clear()
+        self._children.clear()
+        self._kube = None
+        self._save()
+        if left:
+            raise ClusterError(f"processes survived SIGKILL: {[r.pid for r in left]}")
+
+    def stop_apiserver(self, *, crash: bool = False) -> None:
+        """Stop kube-apiserver only (fault injection): SIGTERM, or SIGKILL with `crash`.
+
+        start_apiserver() brings it back on the same port.
+        """
+        ref = self.procs.pop(APISERVER, None)
+        child = self._children.pop(APISERVER, None)
+        if ref is not None:
+            terminate([ref], [child] if child else [], term_grace=0.0 if crash else TERM_GRACE)
+        self._save()
+
+    def start_apiserver(self) -> None:
+        """Start kube-apiserver again on the same port with the same certificates."""
+        if APISERVER in self.procs and self.procs[APISERVER].alive():
+            return
+        self._launch(APISERVER)
+
+    def export_kubeconfig(self, path: Path) -> Path:
+        """Copy the admin kubeconfig to `path`."""
+        path = Path(path).expanduser().absolute()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.kubeconfig, path)
+        path.chmod(0o600)
+        return path
+
+    # ---- helpers for tests -------------------------------------------------------------
+
+    def mint_kubeconfig(self, user: str, groups: list[str], path: Path) -> Path:
+        """A client-certificate kubeconfig for `user` in `groups` (no rights unless bound)."""
+        ca = pki.ensure_ca(self.pki_dir)
+        pair = pki.ensure_pair(
+            ca, pki.user_pair(self.pki_dir, user, groups), pki.subject(user, groups)
+        )
+        return write_kubeconfig(Path(path), self.server, ca, user, pair)
+
+    def add_node(
+        self, name: str, labels: dict[str, str] | None = None, *, timeout: float = 30.0
+    ) -> None:
+        """Create a simulated Node and wait until it is Ready and schedulable."""
+        meta = {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                SIM_LABEL: "true",
+                **(labels or {}),
+            },
+        }
+        status = {"capacity": DEFAULT_CAPACITY, "allocatable": DEFAULT_CAPACITY}
+        body = {"apiVersion": "v1", "kind": "Node", "metadata": meta, "status": status}
+        try:
+            self.kube.create("/api/v1/nodes", body)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+        wait_for(lambda: self._node_schedulable(name), timeout, f"node {name} to become Ready")
+
+    def _node_schedulable(self, name: str) -> bool:
+        node = self.kube.get(f"/api/v1/nodes/{name}")
+        conditions = (node.get("status") or {}).get("conditions") or []
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        taints = (node.get("spec") or {}).get("taints") or []
+        not_ready = any(t.get("key", "").startswith("node.kubernetes.io/not-ready") for t in taints)
+        return ready and not not_ready
+
+    def compact_etcd(self) -> int:
+        """Compact etcd up to its current revision (old resourceVersions then get 410 Gone)."""
+        head = self._etcd_call("/v3/kv/range", {"key": base64.b64encode(b"/").decode()})
+        revision = int(head["header"]["revision"])
+        self._etcd_call("/v3/kv/compaction", {"revision": revision, "physical": True})
+        return revision
+
+    def _etcd_call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        req = urllib.request.Request(
+            self.etcd_url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            result: dict[str, Any] = json.loads(resp.read())
+        return result
+
+    # ---- start-up internals ------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        for sub in ("logs", "certs", "etcd"):
+            (self.workdir / sub).mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(self.workdir / "etcd", ignore_errors=True)  # always a fresh cluster
+        ca = pki.ensure_ca(self.pki_dir)
+        pki.ensure_service_account_keys(self.pki_dir)
+        pki.ensure_pair(ca, self._pair("apiserver"), "/CN=kube-apiserver", pki.SERVER_SANS)
+        identities = {
+            "admin": ("admin", ["system:masters"]),
+            "controller-manager": ("system:kube-controller-manager", []),
+            "scheduler": ("system:kube-scheduler", []),
+        }
+        for stem, (user, groups) in identities.items():
+            pair = pki.ensure_pair(ca, self._pair(stem), pki.subject(user, groups))
+            write_kubeconfig(self.workdir / f"{stem}.kubeconfig", self.server, ca, user, pair)
+        self._write_scheduler_config()
+        self._save()
+
+    def _pair(self, stem: str) -> pki.KeyPair:
+        return pki.KeyPair(self.pki_dir / f"{stem}.crt", self.pki_dir / f"{stem}.key")
+
+    def _write_scheduler_config(self) -> None:
+        config = (
+            "apiVersion: kubescheduler.config.k8s.io/v1\n"
+            "kind: KubeSchedulerConfiguration\n"
+            "clientConnection:\n"
+            f"  kubeconfig: {self.workdir / 'scheduler.kubeconfig'}\n"
+            "  qps: 200\n"
+            "  burst: 400\n"
+            "leaderElection:\n"
+            "  leaderElect: false\n"
+        )
+        (self.workdir / "scheduler.yaml").write_text(config)
+
+    def _args(self, name: str) -> list[str]:
+        builders: dict[str, Callable[[], list[str]]] = {
+            ETCD: self._etcd_args,
+            APISERVER: self._apiserver_args,
+            KCM: self._kcm_args,
+            SCHEDULER: self._scheduler_args,
+            SIM: self._sim_args,
+        }
+        return builders[name]()
+
+    def _etcd_args(self) -> list[str]:
+        client, peer = self.etcd_url, f"http://127.0.0.1:{self.ports['etcd-peer']}"
+        return [
+            str(self.bin_dir / "etcd"),
+            "--name=local",
+            f"--data-dir={self.workdir / 'etcd'}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=local={peer}",
+            "--unsafe-no-fsync=true",
+            "--enable-grpc-gateway=true",
+            "--log-level=warn",
+        ]
+
+    def _apiserver_args(self) -> list[str]:
+        p = self.pki_dir
+        return [
+            str(self.bin_dir / "kube-apiserver"),
+            f"--etcd-servers={self.etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.ports['apiserver']}",
+            f"--cert-dir={self.workdir / 'certs' / 'apiserver'}",
+            f"--tls-cert-file={p / 'apiserver.crt'}",
+            f"--tls-private-key-file={p / 'apiserver.key'}",
+            f"--client-ca-file={p / 'ca.crt'}",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--allow-privileged=true",
+            "--authorization-mode=RBAC",
+            f"--service-account-issuer={SA_ISSUER}",
+            f"--service-account-key-file={p / 'sa.pub'}",
+            f"--service-account-signing-key-file={p / 'sa.key'}",
+            "--disable-admission-plugins=ServiceAccount",
+            "--endpoint-reconciler-type=none",
+            "--shutdown-watch-termination-grace-period=2s",  # else TERM waits on open watches
+            "--max-requests-inflight=800",
+            "--max-mutating-requests-inflight=400",
+            *self.apiserver_extra_args,
+        ]
+
+    def _kcm_args(self) -> list[str]:
+        return [
+            str(self.bin_dir / "kube-controller-manager"),
+            f"--kubeconfig={self.workdir / 'controller-manager.kubeconfig'}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.ports['controller-manager']}",
+            f"--cert-dir={self.workdir / 'certs' / 'controller-manager'}",
+            f"--controllers={','.join(CONTROLLERS)}",
+            "--use-service-account-credentials=true",
+            "--node-monitor-period=2s",
+            "--node-monitor-grace-period=40s",
+            "--node-startup-grace-period=60s",
+            "--kube-api-qps=200",
+            "--kube-api-burst=400",
+        ]
+
+    def _scheduler_args(self) -> list[str]:
+        return [
+            str(self.bin_dir / "kube-scheduler"),
+            f"--config={self.workdir / 'scheduler.yaml'}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.ports['scheduler']}",
+            f"--cert-dir={self.workdir / 'certs' / 'scheduler'}",
+        ]
+
+    def _sim_args(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "hack.localcluster.kubelet_sim",
+            f"--kubeconfig={self.kubeconfig}",
+            f"--ready-file={self._sim_ready_file}",
+        ]
+
+    @property
+    def _sim_ready_file(self) -> Path:
+        return self.workdir / "kubelet-sim.ready"
+
+    def _spawn(self, name: str) -> None:
+        env = None
+        if name == SIM:
+            self._sim_ready_file.unlink(missing_ok=True)
+            pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+            env = {**os.environ, "PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1"}
+        child, ref = spawn(self._args(name), self.log_path(name), cwd=REPO, env=env)
+        self._children[name] = child
+        self.procs[name] = ref
+        self._save()
+
+    def _launch(self, name: str) -> None:
+        self._spawn(name)
+        self._wait_ready(name)
+
+    def _wait_ready(self, name: str) -> None:
+        checks: dict[str, Callable[[], bool]] = {
+            ETCD: lambda: _probe(f"{self.etcd_url}/health"),
+            APISERVER: self._apiserver_ready,
+            KCM: lambda: _probe(self._healthz("controller-manager"), _insecure()),
+            SCHEDULER: lambda: _probe(self._healthz("scheduler"), _insecure()),
+            SIM: self._sim_ready_file.exists,
+        }
+        timeout = READY_TIMEOUT[name]
+        deadline = time.monotonic() + timeout
+        while not checks[name]():
+            child = self._children.get(name)
+            if child is not None and child.poll() is not None:
+                self._fail(name, f"exited with code {child.returncode}")
+            if time.monotonic() > deadline:
+                self._fail(name, f"not ready after {timeout:.0f}s")
+            time.sleep(0.05)
+
+    def _healthz(self, port: str) -> str:
+        return f"https://127.0.0.1:{self.ports[port]}/healthz"
+
+    def _fail(self, name: str, what: str) -> None:
+        tail = log_tail(self.log_path(name))
+        raise ClusterError(f"{name} {what}; last lines of {self.log_path(name)}:\n{tail}")
+
+    def _admin_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.pki_dir / "ca.crt"))
+        ctx.load_cert_chain(str(self.pki_dir / "admin.crt"), str(self.pki_dir / "admin.key"))
+        return ctx
+
+    def _apiserver_ready(self) -> bool:
+        return _probe(f"{self.server}/readyz", self._admin_context())
+
+    def _save(self) -> None:
+        state = {
+            "bin_dir": str(self.bin_dir),
+            "ports": self.ports,
+            "procs": {n: {"pid": r.pid, "started": r.started} for n, r in self.procs.items()},
+            "apiserver_extra_args": self.apiserver_extra_args,
+            "kubeconfig": str(self.kubeconfig),
+            "server": self.server,
+        }
+        tmp = self.workdir / f".{STATE_FILE}.tmp{os.getpid()}"
+        tmp.write_text(json.dumps(state, indent=2) + "\n")
+        tmp.replace(self.workdir / STATE_FILE)
+
+
+def stray_processes(workdir: Path) -> list[ProcRef]:
+    """Processes (other than this one) whose command line points into `workdir`."""
+    marker = str(Path(workdir).absolute()).encode() + b"/"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker in cmdline and any(c.encode() in cmdline for c in (*COMPONENTS, "kubelet_sim")):
+            ref = proc_ref(int(entry.name))
+            if ref is not None:
+                found.append(ref)
+    return [r for r in found if r.alive()]
+
+
+# ---- command line ------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hack/cluster", description="Local test cluster.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start the cluster (detached) and write a kubeconfig")
+    up.add_argument("--kubeconfig", type=Path, required=True, help="where to write admin creds")
+    up.add_argument("--nodes", type=int, default=0, help="simulated nodes to add (sim-node-N)")
+    down = sub.add_parser("down", help="stop every process of the cluster")
+    node = sub.add_parser("add-node", help="add a simulated node")
+    node.add_argument("name")
+    node.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
+    creds = sub.add_parser("kubeconfig", help="mint a kubeconfig for a restricted identity")
+    creds.add_argument("--user", required=True)
+    creds.add_argument("--group", action="append", default=[])
+    creds.add_argument("--out", type=Path, required=True)
+    status = sub.add_parser("status", help="print the state of the cluster")
+    for p in (up, down, node, creds, status):
+        p.add_argument(
+            "--workdir",
+            type=Path,
+            help="default: $NODEAGENT_CLUSTER_DIR or ~/.cache/nodeagent/cluster",
+        )
+    return parser
+
+
+def _cmd_up(args: argparse.Namespace, workdir: Path) -> int:
+    if (workdir / STATE_FILE).exists():
+        existing = Cluster.load(workdir)
+        if existing.ready():
+            existing.export_kubeconfig(args.kubeconfig)
+            print(f"cluster already up at {existing.server}; wrote {args.kubeconfig}")
+            return 0
+        existing.stop()
+    started = time.monotonic()
+    cluster = Cluster.start(workdir, args.kubeconfig)
+    for i in range(1, args.nodes + 1):
+        cluster.add_node(f"sim-node-{i}")
+    took = time.monotonic() - started
+    print(f"cluster up at {cluster.server} in {took:.1f}s; kubeconfig: {args.kubeconfig}")
+    print(f"logs: {workdir / 'logs'}; stop with: hack/cluster down --workdir {workdir}")
+    return 0
+
+
+def _cmd_down(workdir: Path) -> int:
+    try:
+        cluster = Cluster.load(workdir)
+    except ClusterError:
+        left = terminate(stray_processes(workdir))
+        print(f"no cluster state in {workdir}" + (f"; {len(left)} left" if left else ""))
+        return 1 if left else 0
+    cluster.stop()
+    print(f"cluster in {workdir} stopped")
+    return 0
+
+
+def _running_cluster(workdir: Path) -> Cluster:
+    cluster = Cluster.load(workdir)
+    if not cluster.ready():
+        raise ClusterError(f"the cluster in {workdir} is not running (hack/cluster up)")
+    return cluster
+
+
+def _labels(pairs: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ClusterError(f"--label wants KEY=VALUE, got {pair!r}")
+        out[key] = value
+    return out
+
+
+def _cmd_status(workdir: Path) -> int:
+    cluster = Cluster.load(workdir)
+    for name in COMPONENTS:
+        ref = cluster.procs.get(name)
+        state = "running" if ref and ref.alive() else "stopped"
+        print(f"{name:24} {state:8} pid {ref.pid if ref else '-'}")
+    print(f"server {cluster.server} ready={cluster.ready()}")
+    return 0 if cluster.running() else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    workdir = (args.workdir or default_workdir()).expanduser().absolute()
+    try:
+        if args.command == "up":
+            return _cmd_up(args, workdir)
+        if args.command == "down":
+            return _cmd_down(workdir)
+        if args.command == "status":
+            return _cmd_status(workdir)
+        cluster = _running_cluster(workdir)
+        if args.command == "add-node":
+            cluster.add_node(args.name, _labels(args.label))
+            print(f"node {args.name} is Ready")
+        else:
+            path = cluster.mint_kubeconfig(args.user, args.group, args.out)
+            print(f"wrote {path} for user {args.user} groups {args.group}")
+        return 0
+    except (ClusterError, ApiError, TimeoutError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
