@@ -22,8 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hack.localcluster.cluster import Cluster
-
-from nodeagent.kube import Kube, node_path
+from nodeagent.kube import Kube
 from tests import kubeutil as ku
 
 
@@ -53,12 +52,8 @@ SCENARIOS = (
 
 def prepare(cluster: Cluster, kube: Kube, scenario: Scenario) -> tuple[str, str]:
     """A loaded node and its (cordoned) spare; returns (node, spare)."""
-    group = ku.unique("bench")
-    node, spare = f"{group}-node", f"{group}-spare"
-    cluster.add_node(node, {ku.GROUP_LABEL: group})
-    cluster.add_node(spare, {ku.GROUP_LABEL: group})
-    kube.merge_patch(node_path(spare), {"spec": {"unschedulable": True}})
-    ns = ku.namespace(kube, group)
+    ns, node, spare = ku.node_pair(cluster, kube, "bench")
+    group = ns
     ku.deployment(kube, ns, "app", group, scenario.replicas, annotations=scenario.annotations)
     for i in range(scenario.daemonsets):
         ku.daemonset(kube, ns, f"ds{i}", group)
@@ -67,7 +62,7 @@ def prepare(cluster: Cluster, kube: Kube, scenario: Scenario) -> tuple[str, str]
     ku.wait_running(kube, node, scenario.replicas + scenario.daemonsets, timeout=180)
     if scenario.pdb_max_unavailable is not None:
         ku.wait_pdb_ready(kube, ns, "app")
-    kube.merge_patch(node_path(spare), {"spec": {"unschedulable": False}})
+    ku.open_node(kube, spare)
     return node, spare
 
 

@@ -189,3 +189,20 @@ def exists(kube: Kube, path: str) -> bool:
 def write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+def node_pair(cluster: Any, kube: Kube, prefix: str) -> tuple[str, str, str]:
+    """A fresh group: a node for workloads and a cordoned spare for their replacements
+    (open it with `open_node` before draining). Returns (group, node, spare); the group
+    also names a new namespace."""
+    group = unique(prefix)
+    node, spare = f"{group}-a", f"{group}-b"
+    cluster.add_node(node, {GROUP_LABEL: group})
+    cluster.add_node(spare, {GROUP_LABEL: group})
+    kube.merge_patch(node_path(spare), {"spec": {"unschedulable": True}})
+    namespace(kube, group)
+    return group, node, spare
+
+
+def open_node(kube: Kube, name: str) -> None:
+    kube.merge_patch(node_path(name), {"spec": {"unschedulable": False}})

@@ -28,7 +28,7 @@ class Pair:
     ns: str
 
     def open_b(self) -> None:
-        self.kube.merge_patch(node_path(self.b), {"spec": {"unschedulable": False}})
+        ku.open_node(self.kube, self.b)
 
     def drain(self, **opts: Any) -> DrainResult:
         options = DrainOptions(**opts)
@@ -40,13 +40,8 @@ class Pair:
 
 @pytest.fixture
 def pair(cluster: Any, kube: Kube) -> Pair:
-    group = ku.unique("g")
-    a, b = f"{group}-a", f"{group}-b"
-    cluster.add_node(a, {ku.GROUP_LABEL: group})
-    cluster.add_node(b, {ku.GROUP_LABEL: group})
-    kube.merge_patch(node_path(b), {"spec": {"unschedulable": True}})
-    ns = ku.namespace(kube, group)
-    return Pair(kube, group, a, b, ns)
+    group, a, b = ku.node_pair(cluster, kube, "g")
+    return Pair(kube, group, a, b, group)
 
 
 def agent(pair: Pair, *args: str, kubeconfig: str) -> Any:
