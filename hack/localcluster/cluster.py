@@ -32,6 +32,7 @@ from typing import Any
 from . import pki
 from .kubeapi import ApiError, Kube, wait_for
 from .kubeconfig import write_kubeconfig
+from .kubelet_sim import SIM_LABEL
 from .podstatus import DEFAULT_CAPACITY
 from .procs import TERM_GRACE, ProcRef, free_ports, log_tail, proc_ref, spawn, terminate
 
@@ -48,7 +49,6 @@ ETCD, APISERVER, KCM, SCHEDULER, SIM = (
 COMPONENTS = (ETCD, APISERVER, KCM, SCHEDULER, SIM)
 STOP_PHASES = ((SIM, SCHEDULER, KCM), (APISERVER,), (ETCD,))
 PORTS = ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler")
-SIM_LABEL = "nodeagent.io/simulated"
 CONTROLLERS = (
     "disruption-controller",
     "node-lifecycle-controller",
