@@ -324,3 +324,29 @@ def test_api_server_down_fails_fast(pair: Pair, cluster: Any, admin_kubeconfig: 
     )
     ku.wait_until(lambda: ku.node(pair.kube, pair.a), 30, "API server back")
     assert not ku.node(pair.kube, pair.a)["spec"].get("unschedulable")
+
+
+def test_shipped_cluster_role_is_enough_to_drain(pair: Pair, cluster: Any, tmp_path: Any) -> None:
+    import yaml
+
+    paths = {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings"}
+    with open("packaging/rbac.yaml") as fh:
+        for doc in yaml.safe_load_all(fh):
+            doc["metadata"]["name"] += f"-{pair.group}"
+            if doc["kind"] == "ClusterRoleBinding":
+                doc["roleRef"]["name"] += f"-{pair.group}"
+            pair.kube.post(f"/apis/rbac.authorization.k8s.io/v1/{paths[doc['kind']]}", doc)
+    kc = cluster.mint_kubeconfig(
+        f"system:nodeagent:{pair.a}", ["nodeagent:agents"], tmp_path / "agent.kubeconfig"
+    )
+    ku.deployment(pair.kube, pair.ns, "web", pair.group, 2)
+    ku.pdb(pair.kube, pair.ns, "web", {"app": "web"}, maxUnavailable=1)
+    ku.wait_running(pair.kube, pair.a, 2)
+    ku.wait_pdb_ready(pair.kube, pair.ns, "web")
+    pair.open_b()
+
+    res = agent(pair, "drain", "--deadline", "60s", kubeconfig=str(kc))
+
+    assert res.returncode == 0, res.stderr + res.stdout
+    assert "evicted 2" in res.stdout
+    assert not ku.running(ku.pods_on(pair.kube, pair.a))
