@@ -1,0 +1,239 @@
+"""Boot throwaway systemd-nspawn containers that run nodeagent.service for system tests.
+
+Each :class:`Machine` is a copy of the cached root built by ``hack/nspawn-root`` with the
+agent, its unit, the logind drop-in and a stand-in kubelet installed. The container shares the
+host's network, so the agent inside reaches the test control plane on 127.0.0.1; the repository
+is bind-mounted read-only at the same path, so the agent runs the code under test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+UNIT = REPO / "systemd" / "nodeagent.service"
+LOGIND_DROPIN = REPO / "systemd" / "logind-nodeagent.conf"
+SITE_PACKAGES = REPO / ".venv" / "lib" / "python3.11" / "site-packages"
+KUBELET_STOPPED = "var/lib/kubelet-stopped"
+EXIT_REBOOT = 133
+INNER_PATH = "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
+
+# -v: INFO lines (what the agent heard, its drain's progress and outcome) go to the journal.
+AGENT_SCRIPT = f"""#!/bin/sh
+PYTHONPATH={REPO}:{SITE_PACKAGES} exec /usr/bin/python3 -m nodeagent "$@" -v
+"""
+
+# Starts with the machine and records when it is stopped: nodeagent.service is ordered
+# After= the kubelet, so at shutdown the agent stops (and drains) before this runs.
+KUBELET_UNIT = f"""[Unit]
+Description=Stand-in kubelet for nodeagent system tests
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/true
+ExecStop=/bin/sh -c 'date +%%s.%%N >> /{KUBELET_STOPPED}'
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def nspawn_root() -> Path:
+    """The cached template root (built on first use; needs root and debootstrap)."""
+    out = subprocess.run(
+        [str(REPO / "hack" / "nspawn-root")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1800,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"hack/nspawn-root failed: {out.stderr.strip()}")
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+class Machine:
+    """One container: a private copy of the template root and its nspawn process."""
+
+    def __init__(self, template: Path, workdir: Path, name: str) -> None:
+        self.name = name
+        self.workdir = workdir
+        self.root = workdir / "root"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.boots = 0
+        subprocess.run(
+            ["cp", "-a", "--reflink=auto", str(template), str(self.root)],
+            check=True,
+            timeout=120,
+        )
+
+    # -- setup -----------------------------------------------------------------------------
+
+    def install_agent(self, kubeconfig: Path, config: str) -> None:
+        """Install the agent, its unit (enabled), the logind drop-in and a stand-in kubelet."""
+        agent = self.path("usr/bin/nodeagent")
+        agent.write_text(AGENT_SCRIPT)
+        agent.chmod(0o755)
+        units = self.path("etc/systemd/system")
+        wants = units / "multi-user.target.wants"
+        wants.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(UNIT, units / "nodeagent.service")
+        (units / "kubelet.service").write_text(KUBELET_UNIT)
+        for unit in ("nodeagent.service", "kubelet.service"):
+            link = wants / unit
+            link.unlink(missing_ok=True)
+            link.symlink_to(f"/etc/systemd/system/{unit}")
+        dropins = self.path("usr/lib/systemd/logind.conf.d")
+        dropins.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(LOGIND_DROPIN, dropins / "99-zz-nodeagent.conf")
+        etc = self.path("etc/nodeagent")
+        etc.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(kubeconfig, etc / "kubeconfig")
+        (etc / "kubeconfig").chmod(0o600)
+        self.write_config(config)
+
+    def write_config(self, config: str) -> None:
+        self.path("etc/nodeagent/config.toml").write_text(config)
+
+    def path(self, inside: str) -> Path:
+        return self.root / inside.lstrip("/")
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def boot(self, timeout: float = 60.0) -> None:
+        """Start the container and return once systemd reports the boot finished."""
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        self.boots += 1
+        console = open(self.workdir / f"console-{self.boots}.log", "wb")  # noqa: SIM115
+        with console:
+            self.proc = subprocess.Popen(
+                [
+                    "systemd-nspawn",
+                    "--boot",
+                    "--register=no",
+                    "--keep-unit",
+                    "--console=passive",
+                    f"--machine={self.name}",
+                    "-D",
+                    str(self.root),
+                    f"--bind-ro={REPO}",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
+            )
+        end = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"nspawn exited {self.proc.returncode}: {self.console()}")
+            if self.leader() is not None:
+                out = self.run("systemctl", "is-system-running", "--wait", timeout=timeout)
+                if out.stdout.strip() in ("running", "degraded"):
+                    return
+            if time.monotonic() > end:
+                raise RuntimeError(f"container {self.name} did not boot: {self.console()}")
+            time.sleep(0.1)
+
+    def leader(self) -> int | None:
+        """The container's PID 1 as seen from the host (the nspawn process's only child)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        with contextlib.suppress(OSError):
+            pids = children.read_text().split()
+            if pids:
+                return int(pids[0])
+        return None
+
+    def run(self, *cmd: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+        """Run a command inside the container; its output and exit code come back."""
+        leader = self.leader()
+        if leader is None:
+            raise RuntimeError(f"container {self.name} is not running")
+        return subprocess.run(
+            ["env", "-i", INNER_PATH, "nsenter", "--target", str(leader), "--all", "--", *cmd],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def wait_exit(self, timeout: float) -> int:
+        """Wait for nspawn to exit (0 after poweroff, 133 after reboot); its exit code."""
+        assert self.proc is not None
+        return self.proc.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        """Stop the container at once, whatever state it is in."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        leader = self.leader()
+        if leader is not None:
+            # SIGKILL to a PID namespace's init kills everything in it.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(leader, signal.SIGKILL)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def destroy(self) -> None:
+        self.kill()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    # -- what happened inside --------------------------------------------------------------
+
+    def console(self) -> str:
+        logs = sorted(self.workdir.glob("console-*.log"))
+        return "\n".join(p.read_text(errors="replace")[-4000:] for p in logs)
+
+    def journal(self, *args: str) -> list[dict[str, str]]:
+        """Journal entries (JSON fields) from every boot of this container so far."""
+        out = subprocess.run(
+            ["journalctl", "-D", str(self.path("var/log/journal")), "-o", "json", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        entries = []
+        for line in out.stdout.splitlines():
+            entry = json.loads(line)
+            if isinstance(entry.get("MESSAGE"), str):
+                entries.append(entry)
+        return entries
+
+    def messages(self, unit: str = "nodeagent.service") -> list[str]:
+        return [e["MESSAGE"] for e in self.journal("-u", unit)]
+
+    def journal_text(self) -> str:
+        out = subprocess.run(
+            ["journalctl", "-D", str(self.path("var/log/journal")), "-o", "short-unix"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        return out.stdout
+
+    def kubelet_stops(self) -> list[float]:
+        """Wall-clock times at which the stand-in kubelet was stopped, one per shutdown."""
+        path = self.path(KUBELET_STOPPED)
+        if not path.exists():
+            return []
+        return [float(line) for line in path.read_text().split()]
+
+
+def realtime(entry: dict[str, str]) -> float:
+    """A journal entry's wall-clock time in seconds."""
+    return int(entry["__REALTIME_TIMESTAMP"]) / 1e6

@@ -1,0 +1,289 @@
+"""nodeagent.service in a booted systemd (systemd-nspawn), against the real control plane.
+
+Each test boots a fresh copy of the cached Debian root (``hack/nspawn-root``) with the agent
+installed as on a node, a stand-in kubelet it is ordered after, and the logind drop-in; the
+container's name is also the simulated Node's name. Shutdowns are real: ``poweroff``,
+``reboot``, ``systemctl stop`` and a logind bypass, each checked from the API (cordon, pods,
+annotations, Events) and from the container's journal.
+
+Runs as root with systemd-nspawn and debootstrap installed (``hack/setup`` provides both).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeagent.cordon import CORDONED_BY, DRAIN_REASON, DRAIN_RESULT
+from nodeagent.kube import Kube, node_path
+from tests import kubeutil as ku
+from tests.nspawn import EXIT_REBOOT, Machine, nspawn_root, realtime
+
+DEADLINE = 20.0
+# Shutdown beyond the drain: reporting, closing the lock, stopping the other units.
+MARGIN = 15.0
+
+
+def config(node: str, deadline: float = DEADLINE, extra: str = "") -> str:
+    return f"""node = "{node}"
+kubeconfig = "/etc/nodeagent/kubeconfig"
+
+[drain]
+deadline = "{deadline:.0f}s"
+
+[uncordon]
+settle = "1s"
+
+[reporting]
+metrics_address = ""
+{extra}"""
+
+
+@pytest.fixture(scope="module")
+def template() -> Path:
+    return nspawn_root()
+
+
+@dataclass
+class Node:
+    """A container and the simulated Node of the same name, with a spare node for replacements."""
+
+    kube: Kube
+    machine: Machine
+    name: str
+    spare: str
+    group: str
+    ns: str
+
+    def open_spare(self) -> None:
+        self.kube.merge_patch(node_path(self.spare), {"spec": {"unschedulable": False}})
+
+    def workloads(self) -> None:
+        """Three Deployment replicas and a DaemonSet pod on the node, all Ready."""
+        ku.deployment(self.kube, self.ns, "web", self.group, 3)
+        ku.daemonset(self.kube, self.ns, "logs", self.group)
+        ku.wait_running(self.kube, self.name, 4)
+        self.open_spare()
+
+    def annotations(self) -> dict[str, str]:
+        return dict(ku.node(self.kube, self.name)["metadata"].get("annotations") or {})
+
+    def unschedulable(self) -> bool:
+        return bool(ku.node(self.kube, self.name)["spec"].get("unschedulable"))
+
+    def left(self) -> list[str]:
+        return sorted(p["metadata"]["name"] for p in ku.running(ku.pods_on(self.kube, self.name)))
+
+    def boot(self, cfg: str | None = None) -> None:
+        if cfg is not None:
+            self.machine.write_config(cfg)
+        self.machine.boot()
+
+    def agent_ready(self) -> None:
+        """Until the agent holds its logind lock (it hears PrepareForShutdown from then on)."""
+        ku.wait_until(
+            lambda: any("holding a logind delay lock" in m for m in self.machine.messages()),
+            30,
+            "the agent to take its logind lock",
+        )
+
+    def journal_line(self, text: str) -> dict[str, str]:
+        found = [e for e in self.machine.journal("-u", "nodeagent.service") if text in e["MESSAGE"]]
+        assert found, f"no {text!r} in the agent's journal:\n" + "\n".join(self.machine.messages())
+        return found[-1]
+
+
+@pytest.fixture
+def node(cluster: Any, kube: Kube, template: Path, tmp_path: Path) -> Iterator[Node]:
+    group = ku.unique("sys")
+    name, spare = f"{group}-a", f"{group}-b"
+    cluster.add_node(name, {ku.GROUP_LABEL: group})
+    cluster.add_node(spare, {ku.GROUP_LABEL: group})
+    kube.merge_patch(node_path(spare), {"spec": {"unschedulable": True}})
+    ns = ku.namespace(kube, group)
+    machine = Machine(template, tmp_path, name)
+    try:
+        machine.install_agent(Path(cluster.kubeconfig), config(name))
+        yield Node(kube, machine, name, spare, group, ns)
+    finally:
+        # Shown by pytest only when the test fails.
+        print(machine.journal_text()[-20000:])
+        machine.destroy()
+
+
+def assert_drained(node: Node, *reasons: str) -> None:
+    ann = node.annotations()
+    assert node.unschedulable()
+    assert ann.get(CORDONED_BY) == "nodeagent"
+    assert ann.get(DRAIN_REASON) in reasons, ann
+    assert ann.get(DRAIN_RESULT) == "drained", ann
+    # Only the DaemonSet pod stays.
+    left = node.left()
+    assert len(left) == 1 and left[0].startswith("logs-"), left
+
+
+def test_poweroff_drains_before_the_kubelet_stops(node: Node) -> None:
+    node.workloads()
+    node.boot()
+    node.agent_ready()
+
+    start = time.time()
+    assert node.machine.run("poweroff").returncode == 0
+    assert node.machine.wait_exit(DEADLINE + MARGIN) == 0
+
+    assert_drained(node, "poweroff")
+    (stopped,) = node.machine.kubelet_stops()
+    drained = realtime(node.journal_line("drain for poweroff: drained"))
+    assert start < drained < stopped
+    print(f"poweroff to kubelet stop: {stopped - start:.2f}s")
+
+
+def test_reboot_drains_and_uncordons_after_the_next_boot(node: Node) -> None:
+    node.workloads()
+    node.boot()
+    node.agent_ready()
+
+    assert node.machine.run("reboot").returncode == 0
+    assert node.machine.wait_exit(DEADLINE + MARGIN) == EXIT_REBOOT
+    # logind before v255 (bookworm has 252) sends PrepareForShutdown without the type, which the
+    # agent records as a poweroff; a newer logind says reboot.
+    assert_drained(node, "reboot", "poweroff")
+    assert len(node.machine.kubelet_stops()) == 1
+
+    # The simulated Node's bootID does not change with the container: the agent keys on its
+    # own marker's reason.
+    node.boot()
+    ku.wait_until(
+        lambda: not node.unschedulable() and CORDONED_BY not in node.annotations(),
+        30,
+        "the agent to uncordon the node after the reboot",
+    )
+    assert any(e["reason"] == "Uncordoned" for e in ku.node_events(node.kube, node.name))
+
+
+def test_stop_drains_and_start_uncordons(node: Node) -> None:
+    node.workloads()
+    node.boot()
+    node.agent_ready()
+
+    stop = node.machine.run("systemctl", "stop", "nodeagent", timeout=DEADLINE + MARGIN)
+    assert stop.returncode == 0, stop.stderr
+    assert_drained(node, "stop")
+    node.journal_line("stopping: reason stop")
+    assert node.machine.kubelet_stops() == []  # a maintenance stop leaves the kubelet alone
+
+    start = node.machine.run("systemctl", "start", "nodeagent")
+    assert start.returncode == 0, start.stderr
+    ku.wait_until(
+        lambda: not node.unschedulable() and CORDONED_BY not in node.annotations(),
+        30,
+        "the agent to uncordon the node after its start",
+    )
+
+
+def test_restart_neither_cordons_nor_evicts(node: Node) -> None:
+    node.workloads()
+    node.boot()
+    node.agent_ready()
+    before = node.left()
+
+    restart = node.machine.run("systemctl", "restart", "nodeagent", timeout=DEADLINE + MARGIN)
+    assert restart.returncode == 0, restart.stderr
+    ku.wait_until(
+        lambda: sum("holding a logind delay lock" in m for m in node.machine.messages()) >= 2,
+        30,
+        "the restarted agent to take its logind lock",
+    )
+
+    node.journal_line("stopping: reason restart")
+    assert not node.unschedulable()
+    assert CORDONED_BY not in node.annotations()
+    assert node.left() == before
+    assert not any(
+        e["reason"] in ("Cordoned", "Drained", "DrainTimedOut")
+        for e in ku.node_events(node.kube, node.name)
+    )
+
+
+def test_blocking_pdb_is_named_and_shutdown_completes_by_the_deadline(node: Node) -> None:
+    deadline = 8.0
+    ku.deployment(node.kube, node.ns, "web", node.group, 2)
+    ku.wait_running(node.kube, node.name, 2)
+    ku.pdb(node.kube, node.ns, "web-never", {"app": "web"}, maxUnavailable=0)
+    ku.wait_pdb_ready(node.kube, node.ns, "web-never")
+    node.open_spare()
+    # Without forcing, the pods are still there at the deadline and the report names the PDB.
+    node.boot(config(node.name, deadline, "\n[shutdown]\nforce_after_deadline = false\n"))
+    node.agent_ready()
+
+    start = time.monotonic()
+    assert node.machine.run("poweroff").returncode == 0
+    assert node.machine.wait_exit(deadline + MARGIN) == 0
+    took = time.monotonic() - start
+
+    assert deadline - 1 < took < deadline + MARGIN, took
+    assert node.unschedulable()
+    timed_out = [e for e in ku.node_events(node.kube, node.name) if e["reason"] == "DrainTimedOut"]
+    assert timed_out, ku.node_events(node.kube, node.name)
+    assert "web-never" in timed_out[-1]["message"], timed_out[-1]["message"]
+    assert len(node.left()) == 2
+
+
+def test_unreachable_api_server_does_not_hold_up_shutdown(node: Node, cluster: Any) -> None:
+    node.workloads()
+    node.boot()
+    node.agent_ready()
+
+    cluster.stop_apiserver()
+    try:
+        start = time.monotonic()
+        assert node.machine.run("poweroff").returncode == 0
+        assert node.machine.wait_exit(DEADLINE + MARGIN) == 0
+        took = time.monotonic() - start
+    finally:
+        cluster.start_apiserver()
+
+    print(f"poweroff with the API server down: {took:.1f}s")
+    assert took < DEADLINE + MARGIN
+    failed = realtime(node.journal_line("drain for poweroff failed"))
+    (stopped,) = node.machine.kubelet_stops()
+    assert failed < stopped
+    assert not node.unschedulable()
+
+
+def test_bad_config_fails_the_unit_and_leaves_the_node_alone(node: Node) -> None:
+    node.boot(config(node.name).replace("deadline =", "deadlin ="))
+
+    errors = ku.wait_until(
+        lambda: [m for m in node.machine.messages() if m.startswith("nodeagent: error:")],
+        30,
+        "the agent's error line",
+    )
+    assert "deadlin" in errors[0] and "\n" not in errors[0], errors
+    assert node.machine.run("systemctl", "is-active", "nodeagent").stdout.strip() != "active"
+    assert not node.unschedulable()
+    assert not [k for k in node.annotations() if k.startswith("nodeagent.io/")]
+    assert ku.node_events(node.kube, node.name) == []
+
+
+def test_poweroff_target_bypassing_logind_drains_on_sigterm(node: Node) -> None:
+    node.workloads()
+    node.boot()
+    node.agent_ready()
+
+    start = time.time()
+    out = node.machine.run("systemctl", "start", "--no-block", "poweroff.target")
+    assert out.returncode == 0, out.stderr
+    assert node.machine.wait_exit(DEADLINE + MARGIN) == 0
+
+    assert_drained(node, "poweroff")
+    assert not any("PrepareForShutdown(True" in m for m in node.machine.messages())
+    node.journal_line("stopping: reason poweroff")
+    (stopped,) = node.machine.kubelet_stops()
+    drained = realtime(node.journal_line("drain for poweroff: drained"))
+    assert start < drained < stopped
