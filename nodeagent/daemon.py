@@ -162,18 +162,22 @@ class Agent:
             resource="nodes",
             field_selector=f"metadata.name={self.node_name}",
         ).start()
+        wanted = self.cfg.uncordon.wait_for_daemonsets
+        # The node's pods matter only when named DaemonSets must be Ready first.
         pods = Reflector(
             self.kube,
             "/api/v1/pods",
             resource="pods",
             field_selector=f"spec.nodeName={self.node_name}",
-        ).start()
+        )
+        if wanted:
+            pods.start()
         try:
 
             def ready() -> bool:
                 return stop.is_set() or (
-                    any(_node_ready(n) for n in nodes.snapshot())
-                    and _daemonsets_ready(pods.snapshot(), self.cfg.uncordon.wait_for_daemonsets)
+                    any(_ready(n) for n in nodes.snapshot())
+                    and _daemonsets_ready(pods.snapshot(), wanted)
                 )
 
             while not ready():
@@ -326,8 +330,9 @@ class Agent:
         return result
 
 
-def _node_ready(node: JSON) -> bool:
-    conds = (node.get("status") or {}).get("conditions") or []
+def _ready(obj: JSON) -> bool:
+    """A Node or Pod whose Ready condition is True."""
+    conds = (obj.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
 
 
@@ -335,7 +340,7 @@ def _daemonsets_ready(pods: list[JSON], wanted: list[str]) -> bool:
     """Each named DaemonSet ("namespace/name") has a Ready pod on this node."""
     for item in wanted:
         ns, _, name = item.partition("/")
-        if not any(_pod_of_daemonset(p, ns, name) and _pod_ready(p) for p in pods):
+        if not any(_pod_of_daemonset(p, ns, name) and _ready(p) for p in pods):
             return False
     return True
 
@@ -345,8 +350,3 @@ def _pod_of_daemonset(pod: JSON, namespace: str, name: str) -> bool:
     return pod["metadata"]["namespace"] == namespace and any(
         r.get("kind") == "DaemonSet" and r.get("name") == name for r in refs
     )
-
-
-def _pod_ready(pod: JSON) -> bool:
-    conds = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
