@@ -93,6 +93,27 @@ class EvacuateConfig:
 
 
 @dataclass
+class RejectionConfig:
+    """Pods the kubelet rejected at admission: wipe their node-local state, maybe re-create."""
+
+    enabled: bool = True
+    # Directories the wipe may touch; a path that resolves outside them is refused.
+    state_roots: list[str] = field(default_factory=list)
+    # Per-pod paths under the roots, templates over {uid}, {namespace}, {name}.
+    state_paths: list[str] = field(default_factory=list)
+    # Commands run (no shell) during the wipe, same templates; each bounded by the wipe timeout.
+    hooks: list[str] = field(default_factory=list)
+    wipe_timeout: float = duration("10s")
+    # Re-create every rejected bare pod, not just those annotated
+    # nodeagent.io/recreate-on-rejection: "true".
+    recreate: bool = False
+    recreate_backoff: float = duration("15s")
+    recreate_limit: int = 3
+    # Where the agent journals a re-creation between delete and create (survives restarts).
+    journal_dir: str = "/var/lib/nodeagent/recreate"
+
+
+@dataclass
 class ReportingConfig:
     heartbeat_interval: float = duration("60s")
     metrics_address: str = "127.0.0.1:9102"
@@ -107,6 +128,7 @@ class Config:
     shutdown: ShutdownConfig = field(default_factory=ShutdownConfig)
     uncordon: UncordonConfig = field(default_factory=UncordonConfig)
     evacuate: EvacuateConfig = field(default_factory=EvacuateConfig)
+    rejection: RejectionConfig = field(default_factory=RejectionConfig)
     reporting: ReportingConfig = field(default_factory=ReportingConfig)
 
     @property
