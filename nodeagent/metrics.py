@@ -41,6 +41,17 @@ INHIBIT_SHORT = Gauge(
     registry=REGISTRY,
 )
 
+POD_REJECTIONS = Counter(
+    "nodeagent_pod_rejections",
+    "Pods the kubelet rejected at admission",
+    ["reason"],
+    registry=REGISTRY,
+)
+WIPES = Counter("nodeagent_wipes", "Node-local state wipes", ["result"], registry=REGISTRY)
+POD_RECREATIONS = Counter(
+    "nodeagent_pod_recreations", "Rejected bare pods re-created", registry=REGISTRY
+)
+
 
 def loop_succeeded(loop: str) -> None:
     LOOP_LAST_SUCCESS.labels(loop).set(time.time())
