@@ -1,4 +1,4 @@
-"""Command line: `nodeagent drain | uncordon | run | version`.
+"""Command line: `nodeagent drain | uncordon | status | run | version`.
 
 Exit codes: 0 ok, 1 runtime error (API unreachable, forbidden, node not found),
 2 bad usage or configuration, 3 drain deadline reached with pods left,
@@ -228,6 +228,32 @@ def uncordon(force: bool, **params: Any) -> None:
         click.echo(f"node {cfg.node_name} uncordoned")
     else:
         click.echo(f"node {cfg.node_name} was not cordoned")
+
+
+@main.command()
+@common_options
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json is for scripts.",
+)
+@handle_errors
+def status(output: str, **params: Any) -> None:
+    """Show the node's cordon, marker, taints, agent conditions and heartbeat,
+    and the pods a drain would still evict with the PDBs that block them.
+    """
+    cfg = build_config(params)
+    from nodeagent.kube import Kube
+    from nodeagent.status import gather, render
+
+    report = gather(Kube.from_kubeconfig(cfg.kubeconfig or None), cfg.node_name)
+    if output == "json":
+        click.echo(json.dumps(report.as_json(), indent=2))
+    else:
+        click.echo(render(report))
 
 
 @main.command()

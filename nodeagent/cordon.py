@@ -117,13 +117,20 @@ def record_result(kube: Kube, name: str, result: str) -> None:
     kube.merge_patch(node_path(name), {"metadata": {"annotations": {DRAIN_RESULT: result}}})
 
 
-def uncordon(kube: Kube, name: str, force: bool = False) -> bool:
+def uncordon(
+    kube: Kube, name: str, force: bool = False, only_reasons: tuple[str, ...] = ()
+) -> bool:
     """Undo the agent's cordon and clear its marker. Returns True if it uncordoned.
 
-    Raises CordonedByOther for a cordon without the marker unless `force`.
+    Raises CordonedByOther for a cordon without the marker unless `force`. With
+    `only_reasons`, only a marker with one of those drain reasons is undone: the
+    check and the write are one guarded patch, so a cordon taken for another reason
+    in between is left alone.
     """
     node = get_node(kube, name)
     fence = NodeFence.of(node)
+    if only_reasons and not (fence.marked and fence.reason in only_reasons):
+        return False
     if fence.cordoned_by_other and not force:
         raise CordonedByOther(
             f'node "{name}" was cordoned by someone else (no {CORDONED_BY} marker); '
@@ -139,5 +146,10 @@ def uncordon(kube: Kube, name: str, force: bool = False) -> bool:
         patch["spec"] = {"unschedulable": False}
     elif not fence.marked:
         return False  # nothing to undo, nothing to write
-    kube.merge_patch(node_path(name), patch)
+    try:
+        kube.merge_patch(node_path(name), patch)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+        return uncordon(kube, name, force, only_reasons)  # changed meanwhile: decide again
     return fence.unschedulable

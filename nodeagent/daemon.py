@@ -21,18 +21,24 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
+from nodeagent import conditions, metrics
 from nodeagent import cordon as fence
-from nodeagent import metrics
 from nodeagent.config import Config
 from nodeagent.drain import Drain, DrainOptions, DrainResult
-from nodeagent.kube import JSON, Kube, KubeError, node_path
+from nodeagent.evacuate import Evacuator, outcome_condition, requested
+from nodeagent.kube import JSON, READ_TIMEOUT, Kube, KubeError, node_path
 from nodeagent.report import WARNING, EventRecorder
+from nodeagent.watch import Reflector
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_REASONS = ("poweroff", "reboot", "halt", "kexec", "soft-reboot", "stop")
 LAST_BOOT_ID = fence.PREFIX + "last-boot-id"
 LOGIND_MARGIN = 5.0  # seconds kept back from logind's delay for closing the lock
+WATCHDOG_INTERVAL = 5.0
+# Own-Node and own-pods watches end and resume this often; it bounds how long a
+# blackholed connection goes unnoticed (reads time out 10 s after the window).
+NODE_WATCH_SECONDS = 60
 
 
 class Notifier:
@@ -53,18 +59,29 @@ class Notifier:
 
 @dataclass
 class Loop:
-    """A named loop body run forever on its own thread with backoff on errors."""
+    """A named loop body run forever on its own thread with backoff on errors.
+
+    The body calls `beat()` whenever it is demonstrably not stuck (a watch delivered,
+    a bounded call returned, even with an error) and `succeeded()` when it did its
+    job. A loop silent for longer than `max_silence` is stalled: the watchdog stops
+    being fed and /healthz says so. Every call a body makes is bounded, so
+    `max_silence` is the longest such bound plus slack.
+    """
 
     name: str
     body: Callable[[threading.Event], None]  # returns when done; raises to be restarted
-    last_success: float = field(default_factory=time.time)
+    max_silence: float = 30.0
+    last_beat: float = field(default_factory=time.monotonic)
     done: bool = False
 
-    def alive(self, within: float) -> bool:
-        return self.done or time.time() - self.last_success < within
+    def alive(self) -> bool:
+        return self.done or time.monotonic() - self.last_beat < self.max_silence
+
+    def beat(self) -> None:
+        self.last_beat = time.monotonic()
 
     def succeeded(self) -> None:
-        self.last_success = time.time()
+        self.beat()
         metrics.loop_succeeded(self.name)
 
     def run(self, stop: threading.Event) -> None:
@@ -77,6 +94,7 @@ class Loop:
                 return
             except Exception as exc:
                 log.warning("loop %s failed: %s; restarting in %.0fs", self.name, exc, backoff)
+                self.beat()  # failing and retrying is alive; hanging is not
                 stop.wait(backoff * random.uniform(0.8, 1.2))
                 backoff = min(backoff * 2, 30.0)
 
@@ -88,54 +106,122 @@ class Agent:
         self.node_name = cfg.node_name
         self.notify = notifier or Notifier()
         self.events = EventRecorder(kube, self.node_name)
+        self.report = conditions.ConditionWriter(kube, self.node_name)
+        self.evacuator = Evacuator(cfg, kube, self.events, self.report, lambda: None)
         self.stop = threading.Event()
         self.loops: list[Loop] = []
+        self._ready_condition = conditions.agent_ready()
         self._shutdown_lock = threading.Lock()
         self._handled_shutdown = False
         self._drain: Drain | None = None
         self._inhibitor: Any = None
         self._sigterm = threading.Event()
+        self._unclean = False
 
     # -- main -----------------------------------------------------------------
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_sigterm)
         signal.signal(signal.SIGINT, self._on_sigterm)
-        metrics.serve(self.cfg.reporting.metrics_address)
+        metrics.serve(self.cfg.reporting.metrics_address, self.stalled_loops)
         # READY before talking to the API: a down API server must never hold up boot.
         self.notify.send("READY=1", "STATUS=starting")
-        self._start_loop(Loop("reconcile", self._reconcile_after_boot))
-        if self.cfg.shutdown.use_logind:
-            self._start_loop(Loop("logind", self._hold_logind_lock))
-        self._start_loop(Loop("heartbeat", self._heartbeat))
-        while not self._sigterm.wait(self._watchdog_interval()):
-            if all(loop.alive(self._watchdog_interval() * 4) for loop in self.loops):
+        for loop in self._loops():
+            self._start_loop(loop)
+        while not self._sigterm.wait(WATCHDOG_INTERVAL):
+            if not self.stalled_loops():
                 self.notify.send("WATCHDOG=1")
         self.notify.send("STOPPING=1")
         self._on_stop()
         self.stop.set()
+        self.report.flush(2.0)
         self.events.flush()
         return 0
+
+    def _loops(self) -> list[Loop]:
+        heartbeat_bound = self.cfg.reporting.heartbeat_interval + READ_TIMEOUT + 15
+        evacuate = Loop("evacuate", self.evacuator.run, self.cfg.drain.deadline + 60)
+        self.evacuator.beat = evacuate.beat
+        loops = [
+            Loop("node", self._watch_node, NODE_WATCH_SECONDS + 40),
+            evacuate,
+            Loop("reconcile", self._reconcile_after_boot, self.cfg.uncordon.settle + 60),
+            Loop("heartbeat", self._heartbeat, heartbeat_bound),
+        ]
+        if self.cfg.shutdown.use_logind:
+            loops.append(Loop("logind", self._hold_logind_lock))
+        if self.cfg.rejection.enabled:
+            loops.append(Loop("pods", self._watch_pods, NODE_WATCH_SECONDS + 40))
+        return loops
+
+    def stalled_loops(self) -> list[str]:
+        return [loop.name for loop in self.loops if not loop.alive()]
 
     def _start_loop(self, loop: Loop) -> None:
         self.loops.append(loop)
         threading.Thread(target=loop.run, args=(self.stop,), name=loop.name, daemon=True).start()
-
-    def _watchdog_interval(self) -> float:
-        return 5.0
 
     def _on_sigterm(self, signum: int, _frame: FrameType | None) -> None:
         self._sigterm.set()
 
     # -- loops ----------------------------------------------------------------
 
-    def _heartbeat(self, stop: threading.Event) -> None:
-        loop = self._loop("heartbeat")
-        while not stop.wait(1.0):
-            loop.succeeded()
-
     def _loop(self, name: str) -> Loop:
         return next(loop for loop in self.loops if loop.name == name)
+
+    def _watch_node(self, stop: threading.Event) -> None:
+        """Mirror the agent's own Node; every change goes to the evacuator and reporter."""
+        loop = self._loop("node")
+
+        def changed(_kind: str, node: JSON) -> None:
+            self.report.observe(node)
+            self.evacuator.observe(node)
+
+        watch = Reflector(
+            self.kube,
+            "/api/v1/nodes",
+            resource="nodes",
+            field_selector=f"metadata.name={self.node_name}",
+            watch_seconds=NODE_WATCH_SECONDS,
+            on_change=changed,
+            on_restart=lambda _why: metrics.WATCH_RESTARTS.labels("nodes").inc(),
+        ).start()
+        try:
+            self._follow(watch, loop, stop)
+        finally:
+            watch.stop()
+
+    def _watch_pods(self, stop: threading.Event) -> None:
+        from nodeagent.rejection import RejectionController
+
+        loop = self._loop("pods")
+        RejectionController(
+            self.kube, self.node_name, self.cfg.rejection, self.events, loop.succeeded
+        ).run(stop)
+
+    @staticmethod
+    def _follow(watch: Reflector, loop: Loop, stop: threading.Event) -> None:
+        """Beat while the watch makes progress; its last list or event is the success."""
+        seen = 0.0
+        while not stop.wait(1.0):
+            if watch.stats.progressed_within(loop.max_silence):
+                loop.beat()
+            if watch.stats.last_success != seen:
+                seen = watch.stats.last_success
+                metrics.LOOP_LAST_SUCCESS.labels(loop.name).set(seen)
+
+    def _heartbeat(self, stop: threading.Event) -> None:
+        """Refresh NodeAgentReady; the only request the agent makes while idle."""
+        loop = self._loop("heartbeat")
+        while True:
+            try:
+                self.report.write_now(self._ready_condition)
+                loop.succeeded()
+            except KubeError as exc:
+                loop.beat()
+                log.warning("heartbeat failed: %s", exc)
+            if stop.wait(self.cfg.reporting.heartbeat_interval):
+                return
 
     def _reconcile_after_boot(self, stop: threading.Event) -> None:
         """Undo the agent's own shutdown cordon once the node can run pods again."""
@@ -145,17 +231,20 @@ class Agent:
         if not (state.cordoned_by_agent and state.reason in SHUTDOWN_REASONS):
             self.notify.status("running; node needs no uncordon")
             return
+        if requested(node, self.cfg.evacuate):
+            self.notify.status("running; node stays cordoned: it carries an evacuate taint")
+            return
         self.notify.status(f"waiting for node Ready to undo the {state.reason} cordon")
         self._wait_node_ready(stop)
         if stop.wait(self.cfg.uncordon.settle):
             return
-        if fence.uncordon(self.kube, self.node_name):
+        if fence.uncordon(self.kube, self.node_name, only_reasons=SHUTDOWN_REASONS):
             self.events.node(node, "Uncordoned", f"Uncordoned after {state.reason}")
+            if not self._unclean:
+                self.report.set(conditions.not_draining(f"Uncordoned after {state.reason}"))
         self.notify.status(f"running; uncordoned after {state.reason}")
 
     def _wait_node_ready(self, stop: threading.Event) -> None:
-        from nodeagent.watch import Reflector
-
         nodes = Reflector(
             self.kube,
             "/api/v1/nodes",
@@ -182,7 +271,7 @@ class Agent:
 
             while not ready():
                 nodes.wait_for(ready, time.monotonic() + 1.0)
-                self._loop("reconcile").succeeded()
+                self._loop("reconcile").beat()
         finally:
             nodes.stop()
             pods.stop()
@@ -196,12 +285,14 @@ class Agent:
         if previous and current and previous != current:
             drained = state.marked and state.boot_id == previous and state.result
             if not drained:
+                self._unclean = True
                 self.events.node(
                     node,
                     "UncleanShutdown",
                     f"Boot {previous} ended without a drain by nodeagent",
                     WARNING,
                 )
+                self.report.set(conditions.unclean_shutdown(previous))
                 log.warning("previous boot %s ended without a drain", previous)
         if current and previous != current:
             self.kube.merge_patch(
@@ -217,6 +308,7 @@ class Agent:
         self._check_inhibit_delay(inhibitor.inhibit_delay_max_seconds())
         try:
             while not stop.wait(1.0):
+                # The lock is held by an fd, not by this thread: a tick is all there is.
                 self._loop("logind").succeeded()
         finally:
             inhibitor.close()
@@ -226,13 +318,14 @@ class Agent:
         short = delay - LOGIND_MARGIN < self.cfg.drain.deadline
         metrics.INHIBIT_SHORT.set(1 if short else 0)
         if short:
-            log.warning(
-                "logind InhibitDelayMaxSec is %.0fs, shorter than the drain deadline "
-                "%.0fs + %.0fs margin: drains at shutdown are cut to fit",
-                delay,
-                self.cfg.drain.deadline,
-                LOGIND_MARGIN,
+            message = (
+                f"logind InhibitDelayMaxSec is {delay:.0f}s, shorter than the drain deadline "
+                f"{self.cfg.drain.deadline:.0f}s + {LOGIND_MARGIN:.0f}s margin: drains at "
+                "shutdown are cut to fit"
             )
+            log.warning("%s", message)
+            self._ready_condition = conditions.inhibit_delay_too_short(message)
+            self.report.set(self._ready_condition)
 
     # -- shutdown -------------------------------------------------------------
 
@@ -268,12 +361,14 @@ class Agent:
         if self._inhibitor is not None and not self._inhibitor.held:
             self._inhibitor.retake()
         try:
-            if fence.uncordon(self.kube, self.node_name):
+            if fence.uncordon(self.kube, self.node_name, only_reasons=SHUTDOWN_REASONS):
                 self.events.node(
                     fence.get_node(self.kube, self.node_name), "Uncordoned", "Shutdown cancelled"
                 )
+            self.report.set(conditions.not_draining("Shutdown cancelled"))
         except KubeError as exc:
             log.warning("could not undo the cordon: %s", exc)
+        self.evacuator.resume()  # an evacuate taint, if any, applies again
 
     def _on_stop(self) -> None:
         """SIGTERM: work out why systemd is stopping us, then act per policy."""
@@ -297,6 +392,7 @@ class Agent:
         self.notify.status(f"{source}: {reason}, policy {policy}")
         if policy == "none":
             return None
+        self.evacuator.pause()  # the shutdown owns the node from here
         self.notify.send(f"EXTEND_TIMEOUT_USEC={int((budget + 10) * 1e6)}")
         try:
             return self._drain_for(reason, policy, budget)
@@ -323,9 +419,12 @@ class Agent:
             log.info("%s", msg)
 
         self._drain = Drain(self.kube, self.node_name, options, self.events, progress)
+        self.report.set(conditions.draining(reason))
         result = self._drain.run()
         metrics.DRAINS.labels(reason, result.outcome).inc()
         metrics.DRAIN_SECONDS.observe(result.seconds)
+        self.report.set(outcome_condition(reason, result))
+        self.report.flush(2.0)  # before logind or systemd go on and take the network
         self.notify.status(f"drain for {reason}: {result.outcome} in {result.seconds:.1f}s")
         return result
 

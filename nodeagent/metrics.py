@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -57,16 +59,46 @@ def loop_succeeded(loop: str) -> None:
     LOOP_LAST_SUCCESS.labels(loop).set(time.time())
 
 
-def serve(address: str) -> Any:
-    """Start the metrics/healthz HTTP server on `host:port`; '' disables it."""
+def serve(address: str, unhealthy: Callable[[], list[str]] = list) -> Any:
+    """Serve /metrics and /healthz on `host:port` ('' disables it).
+
+    /healthz is 200 while every loop makes progress and 503 naming the stalled loops
+    otherwise, the same rule that feeds the systemd watchdog.
+    """
     if not address:
         return None
-    from prometheus_client import start_http_server
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?")[0]
+            if path == "/metrics":
+                self._reply(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
+            elif path == "/healthz":
+                stalled = unhealthy()
+                text = f"stalled: {', '.join(stalled)}\n" if stalled else "ok\n"
+                self._reply(503 if stalled else 200, text.encode(), "text/plain")
+            else:
+                self._reply(404, b"not found\n", "text/plain")
+
+        def _reply(self, code: int, body: bytes, content_type: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # scrapes every few seconds would flood the journal
 
     host, _, port = address.rpartition(":")
     try:
-        server, _thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=REGISTRY)
-    except OSError as exc:
+        server = ThreadingHTTPServer((host.strip("[]") or "127.0.0.1", int(port)), Handler)
+    except (OSError, ValueError) as exc:
         log.warning("metrics server on %s not started: %s", address, exc)
         return None
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return server

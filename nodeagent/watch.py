@@ -30,6 +30,12 @@ class WatchStats:
     restarts: int = 0
     last_success: float = 0.0  # wall clock of the last list or event received
     last_error: str = ""
+    # Monotonic time the loop last did anything: a list, an event, a new watch, an
+    # error handled. Every call it makes is bounded, so a stale value means it is stuck.
+    last_progress: float = field(default_factory=time.monotonic)
+
+    def progressed_within(self, seconds: float) -> bool:
+        return time.monotonic() - self.last_progress < seconds
 
 
 @dataclass
@@ -45,6 +51,7 @@ class Reflector:
     field_selector: str = ""
     label_selector: str = ""
     resource: str = "pods"
+    watch_seconds: int = WATCH_SECONDS
     on_change: Callable[[str, JSON], None] | None = None
     on_restart: Callable[[str], None] | None = None
     objects: dict[str, JSON] = field(default_factory=dict)
@@ -110,6 +117,7 @@ class Reflector:
                 backoff = self._backoff(str(exc), backoff)
 
     def _restarted(self, why: str) -> None:
+        self.stats.last_progress = time.monotonic()
         self.stats.restarts += 1
         self.stats.last_error = why
         if self.on_restart:
@@ -128,6 +136,7 @@ class Reflector:
             self.objects = fresh
             self.changed.notify_all()
         self.stats.last_success = time.time()
+        self.stats.last_progress = time.monotonic()
         if self.on_change:
             for obj in fresh.values():
                 self.on_change("SYNC", obj)
@@ -138,7 +147,8 @@ class Reflector:
         query = dict(
             self._selectors(), resourceVersion=resource_version, allowWatchBookmarks="true"
         )
-        for event in self.kube.watch(self.path, query, WATCH_SECONDS):
+        self.stats.last_progress = time.monotonic()
+        for event in self.kube.watch(self.path, query, self.watch_seconds):
             if self._stop.is_set():
                 break
             resource_version = self._apply(event, resource_version)
@@ -154,6 +164,7 @@ class Reflector:
                 obj,
             )
         self.stats.last_success = time.time()
+        self.stats.last_progress = time.monotonic()
         meta = obj.get("metadata") or {}
         if kind != "BOOKMARK":
             with self.changed:

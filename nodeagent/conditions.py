@@ -1,0 +1,172 @@
+"""Node conditions as data, written with a status patch (as node-problem-detector does).
+
+Two condition types belong to the agent:
+
+- `NodeAgentReady`: a heartbeat. `lastHeartbeatTime` moves at every write;
+  `lastTransitionTime` only when the status changes. The reason says what is worth
+  knowing about the agent (`AgentRunning`, `InhibitDelayTooShort`).
+- `NodeAgentDrained`: the last departure. `True/Drained` after a completed drain;
+  `False` with `Draining`, `Blocked` (naming the PDBs and pods), `NotDraining`, or
+  `UncleanShutdown` (a boot ended without a drain).
+
+Writes go through one background thread, latest-wins per type, so reporting never
+holds up a drain when the API server is slow, and the order of writes is kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from nodeagent.kube import JSON, Kube, KubeError, node_path
+
+log = logging.getLogger(__name__)
+
+READY = "NodeAgentReady"
+DRAINED = "NodeAgentDrained"
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str  # "True" | "False" | "Unknown"
+    reason: str
+    message: str
+
+    def as_status(self, previous: JSON | None, now: str) -> JSON:
+        """The status entry, keeping the transition time while the status holds."""
+        same = previous is not None and previous.get("status") == self.status
+        transition = previous.get("lastTransitionTime") if same and previous else None
+        return {
+            "type": self.type,
+            "status": self.status,
+            "reason": self.reason,
+            "message": self.message[:1024],
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": transition or now,
+        }
+
+
+def agent_ready(message: str = "nodeagent is running") -> Condition:
+    return Condition(READY, "True", "AgentRunning", message)
+
+
+def inhibit_delay_too_short(message: str) -> Condition:
+    return Condition(READY, "True", "InhibitDelayTooShort", message)
+
+
+def draining(reason: str) -> Condition:
+    return Condition(DRAINED, "False", "Draining", f"Draining for {reason}")
+
+
+def drained(reason: str, seconds: float) -> Condition:
+    return Condition(DRAINED, "True", "Drained", f"Drained for {reason} in {seconds:.1f}s")
+
+
+def blocked(reason: str, pdbs: list[str], pods: list[str]) -> Condition:
+    by = f" by PDB {', '.join(pdbs)}" if pdbs else ""
+    return Condition(
+        DRAINED, "False", "Blocked", f"Drain for {reason} blocked{by}; left: {', '.join(pods)}"
+    )
+
+
+def not_draining(message: str = "The node is not being drained") -> Condition:
+    return Condition(DRAINED, "False", "NotDraining", message)
+
+
+def unclean_shutdown(previous_boot: str) -> Condition:
+    return Condition(
+        DRAINED,
+        "False",
+        "UncleanShutdown",
+        f"Boot {previous_boot} ended without a drain by nodeagent",
+    )
+
+
+def find(obj: JSON, cond_type: str) -> JSON | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == cond_type:
+            return dict(cond)
+    return None
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def patch_node_conditions(kube: Kube, node: JSON, conditions: list[Condition]) -> JSON:
+    """Write `conditions` on the Node status; other conditions (the kubelet's) stay."""
+    now = now_rfc3339()
+    entries = [c.as_status(find(node, c.type), now) for c in conditions]
+    name = node["metadata"]["name"]
+    return kube.strategic_patch(node_path(name) + "/status", {"status": {"conditions": entries}})
+
+
+class ConditionWriter:
+    """Writes Node conditions from one background thread, latest per type wins.
+
+    `current` is the agent's view of its own Node (from its watch), used to keep
+    transition times; a write failure is logged and retried with the next write.
+    """
+
+    def __init__(self, kube: Kube, node_name: str) -> None:
+        self.kube = kube
+        self.node_name = node_name
+        self.node: JSON = {"metadata": {"name": node_name}}
+        self._pending: dict[str, Condition] = {}
+        self._wanted: dict[str, Condition] = {}
+        self._cond = threading.Condition()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._thread: threading.Thread | None = None
+
+    def observe(self, node: JSON) -> None:
+        with self._cond:
+            self.node = node
+
+    def set(self, *conditions: Condition) -> None:
+        with self._cond:
+            for c in conditions:
+                self._pending[c.type] = c
+                self._wanted[c.type] = c
+            self._idle.clear()
+            self._cond.notify()
+        self._ensure_thread()
+
+    def wanted(self, cond_type: str) -> Condition | None:
+        with self._cond:
+            return self._wanted.get(cond_type)
+
+    def write_now(self, *conditions: Condition) -> None:
+        """Write synchronously (the heartbeat: its success is the loop's progress)."""
+        with self._cond:
+            for c in conditions:
+                self._wanted[c.type] = c
+            node = self.node
+        if "status" not in node:  # not observed yet: keep transition times across restarts
+            node = self.kube.get(node_path(self.node_name))
+        self.observe(patch_node_conditions(self.kube, node, list(conditions)))
+
+    def flush(self, timeout: float) -> bool:
+        return self._idle.wait(timeout)
+
+    def _ensure_thread(self) -> None:
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="conditions", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending:
+                    self._idle.set()
+                    self._cond.wait()
+                batch, self._pending = list(self._pending.values()), {}
+                node = self.node
+            try:
+                self.observe(patch_node_conditions(self.kube, node, batch))
+            except KubeError as exc:
+                log.warning("could not write node conditions: %s", exc)

@@ -1,0 +1,797 @@
+"""Pods the kubelet rejected at admission: report, wipe node-local state, maybe re-create.
+
+A pod can be scheduled to a node and then be refused by that node's kubelet (resources
+or labels changed under it, a device plugin failed, the node is shutting down...). The
+kubelet marks it `Failed` with the admission handler's reason and the pod stays there.
+For each such pod on its own node the agent:
+
+1. reports it: pod condition `PodRejected=True` (reason and message are the kubelet's),
+   an Event `PodRejected`, the metric `nodeagent_pod_rejections_total{reason}`;
+2. wipes the pod's node-local state once (`nodeagent.wipe`, bounded by the wipe timeout)
+   and reports `StateWiped` (`True/Wiped`, or `False` with `WipeTimedOut`/`WipeFailed`),
+   an Event and `nodeagent_wipes_total{result}`;
+3. re-creates it when it opted in (bare pods only, annotation
+   `nodeagent.io/recreate-on-rejection: "true"` or `[rejection] recreate`): delete it,
+   wait the backoff, create it again with the same name and spec, counting
+   `nodeagent.io/recreations` up to the limit.
+
+Everything is decided from what the API shows, so a restarted agent carries on where it
+stopped: `PodRejected` and `StateWiped` are never written twice and a wiped pod is never
+wiped again. A re-creation is the one step the API cannot remember (the pod is gone once
+deleted), so its intent is journalled on the node before the delete: a small JSON file per
+pod under `journal_dir` with the cleaned manifest, the old uid and when the backoff ends.
+On start, pending entries are finished: a pod of that name with another uid means the
+re-creation happened; the old pod still there means the agent stopped before deleting it.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+import itertools
+import json
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from nodeagent import metrics
+from nodeagent.config import RejectionConfig
+from nodeagent.kube import JSON, READ_TIMEOUT, ApiError, Kube, KubeError, pods_path
+from nodeagent.report import NORMAL, WARNING, EventRecorder
+from nodeagent.watch import Reflector
+from nodeagent.wipe import PodRef, WipeResult, wipe
+
+log = logging.getLogger(__name__)
+
+# Names shared with the rest of the agent (DESIGN: "Shared names").
+POD_REJECTED = "PodRejected"
+STATE_WIPED = "StateWiped"
+# Set (False) on a rejected pod that opted in but is not re-created; written once, so a
+# restarted agent does not repeat the decision or its Event.
+RECREATED = "Recreated"
+RECREATE_ANNOTATION = "nodeagent.io/recreate-on-rejection"
+RECREATIONS_ANNOTATION = "nodeagent.io/recreations"
+LIMIT_REACHED = "RecreateLimitReached"
+RECREATE_REFUSED = "RecreateRefused"
+
+# Kubelet admission rejection reasons (status.reason of a pod the kubelet refused).
+# Sources, kubernetes/kubernetes (v1.35 era main; older releases have a subset):
+# - pkg/kubelet/kubelet.go: `admissionRejectionReasons` (the set behind the kubelet's
+#   kubelet_admission_rejections_total metric) and rejectPod(), which sets
+#   phase=Failed, reason, message "Pod was rejected: " + message;
+# - pkg/kubelet/lifecycle/predicate.go: InvalidNodeInfo, PodOSSelectorNodeLabelDoesNotMatch,
+#   PodOSNotSupported, SupplementalGroupsPolicyNotSupported, InitContainerRestartPolicyForbidden,
+#   UnexpectedAdmissionError, UnknownReason, UnexpectedPredicateFailureType, and
+#   "OutOf" + resource name (OutOfcpu, OutOfmemory, OutOfpods, OutOfephemeral-storage,
+#   OutOfnvidia.com/gpu ...); a failed predicate reports its name: NodeAffinity, NodeName,
+#   NodePorts (pkg/scheduler/schedule_one.go AdmissionCheck) and TaintToleration
+#   (NoExecute taints);
+# - pkg/kubelet/lifecycle/handlers.go: AppArmor, PodLevelResourcesNotSupported,
+#   PodFeatureUnsupported;
+# - pkg/kubelet/sysctl/allowlist.go: SysctlForbidden;
+# - pkg/kubelet/cm/topologymanager/topology_manager.go: TopologyAffinityError;
+#   pkg/kubelet/cm/cpumanager/policy_static.go: SMTAlignmentError;
+#   pkg/kubelet/cm/admission/errors.go: UnexpectedAdmissionError,
+#   PodLevelResourcesIncompatible;
+# - pkg/kubelet/nodeshutdown/nodeshutdown_manager*.go: NodeShutdown ("Pod was rejected as
+#   the node is shutting down."); distinct from `Terminated`, the reason on pods the
+#   shutdown manager killed, which is not a rejection;
+# - pkg/kubelet/volumemanager: VolumeAttachmentLimitExceeded;
+# - pre-1.19 kubelets named predicates after the old scheduler predicates
+#   (pkg/scheduler/algorithm/predicates/predicates.go): MatchNodeSelector, HostName,
+#   PodFitsHostPorts, PodToleratesNodeTaints.
+# `Evicted` is deliberately absent: the eviction manager uses it both to refuse admission
+# under node pressure ("Pod was rejected: The node had condition: [...]") and to evict
+# running pods ("The node was low on resource: ..."); only the first is a rejection, and
+# the message prefix written by rejectPod tells them apart (see rejection_of).
+ADMISSION_REASONS = frozenset(
+    {
+        "AppArmor",
+        "InitContainerRestartPolicyForbidden",
+        "InvalidNodeInfo",
+        "NodeAffinity",
+        "NodeName",
+        "NodePorts",
+        "NodeShutdown",
+        "PodFeatureUnsupported",
+        "PodLevelResourcesIncompatible",
+        "PodLevelResourcesNotSupported",
+        "PodOSNotSupported",
+        "PodOSSelectorNodeLabelDoesNotMatch",
+        "SMTAlignmentError",
+        "SupplementalGroupsPolicyNotSupported",
+        "SysctlForbidden",
+        "TaintToleration",
+        "TopologyAffinityError",
+        "UnexpectedAdmissionError",
+        "UnexpectedPredicateFailureType",
+        "UnknownReason",
+        "VolumeAttachmentLimitExceeded",
+        # pre-1.19 predicate names
+        "HostName",
+        "MatchNodeSelector",
+        "PodFitsHostPorts",
+        "PodToleratesNodeTaints",
+    }
+)
+OUT_OF_PREFIX = "OutOf"
+REJECTED_PREFIX = "Pod was rejected: "  # kubelet.go rejectPod, since v1.26
+# A pod rejected because its node is shutting down gets its state wiped, but re-creating
+# it is pointless: the node is going away (a drain is usually under way) and the agent
+# itself is about to stop.
+NODE_SHUTDOWN = "NodeShutdown"
+
+WATCH_SECONDS = 60  # a blackholed watch is noticed within this plus the read timeout
+PROGRESS_INTERVAL = 1.0
+WORKERS = 4
+RETRY_START = 0.5
+RETRY_MAX = 30.0
+RECREATE_ATTEMPTS = 20  # creates refused after the delete, before giving the pod up
+
+WipeFn = Callable[[PodRef, RejectionConfig], WipeResult]
+
+
+# -- detection ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """The kubelet's verdict on a pod it refused to admit."""
+
+    reason: str
+    message: str
+
+
+def rejection_of(pod: JSON) -> Rejection | None:
+    """The admission rejection recorded in the pod's status, or None for any other state.
+
+    Failed with a known admission reason or `OutOf<resource>` is a rejection; so is any
+    reason whose message carries rejectPod's "Pod was rejected: " prefix (newer admit
+    handlers, and the eviction manager's `Evicted` at admission). Ordinary failures
+    (Error, OOMKilled, DeadlineExceeded, Evicted while running, node shutdown Terminated
+    or Shutdown, no reason) are not.
+    """
+    status = pod.get("status") or {}
+    reason = str(status.get("reason") or "")
+    message = str(status.get("message") or "")
+    if status.get("phase") != "Failed" or not reason:
+        return None
+    if reason in ADMISSION_REASONS or reason.startswith(OUT_OF_PREFIX):
+        return Rejection(reason, message)
+    if message.startswith(REJECTED_PREFIX):
+        return Rejection(reason, message)
+    return None
+
+
+def controller_owned(pod: JSON) -> bool:
+    refs = pod["metadata"].get("ownerReferences") or []
+    return any(ref.get("controller") is True for ref in refs)
+
+
+def recreations(pod: JSON) -> int:
+    """How many times the agent re-created this pod (its annotation; garbage counts as 0)."""
+    text = (pod["metadata"].get("annotations") or {}).get(RECREATIONS_ANNOTATION, "0")
+    try:
+        return max(0, int(text))
+    except ValueError:
+        return 0
+
+
+def wants_recreate(pod: JSON, cfg: RejectionConfig) -> bool:
+    """Bare pods that opted in, by annotation or by config; controllers replace their own."""
+    if controller_owned(pod):
+        return False
+    annotation = (pod["metadata"].get("annotations") or {}).get(RECREATE_ANNOTATION, "")
+    return cfg.recreate or annotation.lower() == "true"
+
+
+def describe(pod: JSON) -> str:
+    meta = pod["metadata"]
+    return f"{meta['namespace']}/{meta['name']}"
+
+
+# -- conditions and reports -----------------------------------------------------------
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def find_condition(pod: JSON, cond_type: str) -> JSON | None:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == cond_type:
+            return dict(cond)
+    return None
+
+
+def pod_condition(cond_type: str, status: str, reason: str, message: str) -> JSON:
+    return {
+        "type": cond_type,
+        "status": status,
+        "reason": reason,
+        "message": message[:1024],
+        "lastTransitionTime": _now(),
+    }
+
+
+class PodGone(Exception):
+    """The pod was deleted, or replaced by another pod of the same name."""
+
+
+def patch_conditions(kube: Kube, pod: JSON, *conditions: JSON) -> JSON:
+    """Merge `conditions` into the pod's status (strategic merge, key `type`).
+
+    The pod's uid rides along as a precondition: a re-created pod of the same name is
+    never written (the API answers 422, the uid being immutable). Raises PodGone.
+    """
+    meta = pod["metadata"]
+    body = {"metadata": {"uid": meta["uid"]}, "status": {"conditions": list(conditions)}}
+    try:
+        return kube.strategic_patch(pods_path(meta["namespace"], meta["name"]) + "/status", body)
+    except ApiError as exc:
+        if exc.status in (404, 409, 422):
+            raise PodGone(f"{describe(pod)}: {exc}") from None
+        raise
+
+
+def report_rejected(kube: Kube, pod: JSON, rejection: Rejection, events: EventRecorder) -> JSON:
+    """Set PodRejected=True with the kubelet's reason and message; Event and metric."""
+    cond = pod_condition(POD_REJECTED, "True", rejection.reason, rejection.message)
+    updated = patch_conditions(kube, pod, cond)
+    metrics.POD_REJECTIONS.labels(rejection.reason).inc()
+    events.pod(
+        updated,
+        POD_REJECTED,
+        f"The kubelet rejected the pod ({rejection.reason}): {rejection.message}",
+        WARNING,
+    )
+    log.warning("pod %s rejected by the kubelet: %s", describe(pod), rejection.reason)
+    return updated
+
+
+def wipe_summary(result: WipeResult) -> str:
+    parts = [result.message] if result.message else []
+    parts.append(
+        f"removed {len(result.removed)} path(s), stopped {len(result.stopped)} process(es), "
+        f"ran {len(result.hooks)} hook(s), refused {len(result.refused)} path(s) "
+        f"in {result.seconds:.2f}s"
+    )
+    return "; ".join(parts)
+
+
+def report_wipe(kube: Kube, pod: JSON, result: WipeResult, events: EventRecorder) -> JSON:
+    """Set StateWiped (True/Wiped, or False with the failure); Event and metric.
+
+    `nodeagent wipe --pod NS/NAME` calls this after wipe(). Raises PodGone.
+    """
+    status = "True" if result.ok else "False"
+    message = wipe_summary(result)
+    updated = patch_conditions(kube, pod, pod_condition(STATE_WIPED, status, result.reason, message))
+    metrics.WIPES.labels(result.reason).inc()
+    events.pod(updated, STATE_WIPED, message, NORMAL if result.ok else WARNING)
+    return updated
+
+
+# -- the per-pod step -----------------------------------------------------------------
+
+
+@dataclass
+class PodProgress:
+    """What this process already did for one rejected pod (the API may lag behind it)."""
+
+    seen_at: float = field(default_factory=time.time)  # wall clock, first seen rejected
+    reported: bool = False
+    wipe: WipeResult | None = None
+    wipe_reported: bool = False
+    decided: bool = False  # re-creation started or declined
+
+
+def default_wipe(pod: PodRef, cfg: RejectionConfig) -> WipeResult:
+    return wipe(pod, cfg)
+
+
+def handle_pod(
+    kube: Kube,
+    pod: JSON,
+    cfg: RejectionConfig,
+    events: EventRecorder,
+    progress: PodProgress | None = None,
+    wipe_fn: WipeFn = default_wipe,
+) -> tuple[JSON, Rejection] | None:
+    """Report and wipe one pod if the kubelet rejected it; None when it did not.
+
+    Level-triggered: steps whose condition the pod already carries (or that `progress`
+    says this process did) are skipped, so it is safe to call on every change. Returns
+    the pod as last written and the rejection. Raises PodGone and KubeError.
+    """
+    rejection = rejection_of(pod)
+    if rejection is None:
+        return None
+    progress = progress or PodProgress()
+    if not progress.reported and find_condition(pod, POD_REJECTED) is None:
+        pod = report_rejected(kube, pod, rejection, events)
+    progress.reported = True
+    if not progress.wipe_reported and find_condition(pod, STATE_WIPED) is None:
+        if progress.wipe is None:  # a wipe that ran is never run again, only reported
+            progress.wipe = wipe_fn(PodRef.of(pod), cfg)
+        pod = report_wipe(kube, pod, progress.wipe, events)
+        log.info(
+            "pod %s: %s %.3fs after its rejection was seen (%s)",
+            describe(pod),
+            progress.wipe.reason,
+            time.time() - progress.seen_at,
+            rejection.reason,
+        )
+    progress.wipe_reported = True
+    return pod, rejection
+
+
+# -- re-creation ------------------------------------------------------------------------
+
+# Metadata a re-created pod keeps; everything else (uid, resourceVersion, timestamps,
+# managedFields, generation, deletion fields) belongs to the old object.
+KEPT_METADATA = ("name", "namespace", "labels", "annotations", "ownerReferences", "finalizers")
+# Spec fields filled in for the old pod that a create must not carry: the binding, the
+# priority admission plugin's values (a create with values that differ from the
+# PriorityClass's is refused with 403) and ephemeral containers (not allowed on create).
+DROPPED_SPEC = ("nodeName", "priority", "preemptionPolicy", "ephemeralContainers")
+
+
+def recreate_manifest(pod: JSON, count: int) -> JSON:
+    """The pod to create again: same name, labels, annotations and spec, no node, no status."""
+    meta = pod["metadata"]
+    kept = {k: copy.deepcopy(meta[k]) for k in KEPT_METADATA if meta.get(k)}
+    kept["annotations"] = {**(kept.get("annotations") or {}), RECREATIONS_ANNOTATION: str(count)}
+    spec = {k: copy.deepcopy(v) for k, v in pod["spec"].items() if k not in DROPPED_SPEC}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": kept, "spec": spec}
+
+
+@dataclass
+class Recreation:
+    """A journalled re-creation: written before the delete, dropped after the create."""
+
+    namespace: str
+    name: str
+    old_uid: str
+    count: int  # the re-created pod's nodeagent.io/recreations
+    due: float  # wall clock when the backoff ends
+    reason: str  # the kubelet's rejection reason
+    manifest: JSON
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class Journal:
+    """One JSON file per pod under `directory`, replaced atomically (tmp, fsync, rename)."""
+
+    def __init__(self, directory: str) -> None:
+        self.dir = Path(directory)
+
+    def path(self, namespace: str, name: str) -> Path:
+        # Namespaces and pod names never contain "_": the file name is unambiguous.
+        return self.dir / f"{namespace}_{name}.json"
+
+    def write(self, entry: Recreation) -> None:
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        final = self.path(entry.namespace, entry.name)
+        tmp = final.with_suffix(".tmp")
+        with tmp.open("w") as fh:
+            json.dump(asdict(entry), fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.replace(final)
+        self._sync_dir()
+
+    def read(self, namespace: str, name: str) -> Recreation | None:
+        return self._load(self.path(namespace, name))
+
+    def drop(self, entry: Recreation) -> None:
+        path = self.path(entry.namespace, entry.name)
+        current = self._load(path)
+        if current is not None and current.old_uid == entry.old_uid:
+            path.unlink(missing_ok=True)
+            self._sync_dir()
+
+    def entries(self) -> list[Recreation]:
+        if not self.dir.is_dir():
+            return []
+        found = (self._load(p) for p in sorted(self.dir.glob("*.json")))
+        return [e for e in found if e is not None]
+
+    def _load(self, path: Path) -> Recreation | None:
+        try:
+            return Recreation(**json.loads(path.read_text()))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, TypeError) as exc:
+            log.error("journal %s unreadable, ignored: %s", path, exc)
+            return None
+
+    def _sync_dir(self) -> None:
+        fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+# -- work queue -------------------------------------------------------------------------
+
+
+class WorkQueue:
+    """Keys to process, each by at most one worker at a time, now or after a delay.
+
+    A key added while it is being processed is processed once more afterwards; a key
+    already waiting is not queued twice. Delayed keys sit in a heap the workers wait on.
+    """
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._ready: deque[str] = deque()
+        self._queued: set[str] = set()
+        self._busy: set[str] = set()
+        self._dirty: set[str] = set()
+        self._timers: list[tuple[float, int, str]] = []
+        self._seq = itertools.count()
+        self._closed = False
+
+    def add(self, key: str, delay: float = 0.0) -> None:
+        with self._cv:
+            if delay > 0:
+                heapq.heappush(self._timers, (time.monotonic() + delay, next(self._seq), key))
+                self._cv.notify_all()
+            else:
+                self._add_now(key)
+
+    def get(self) -> str | None:
+        """The next key to process (marked busy), or None once closed."""
+        with self._cv:
+            while not self._closed:
+                self._promote_due()
+                if self._ready:
+                    key = self._ready.popleft()
+                    self._queued.discard(key)
+                    self._busy.add(key)
+                    return key
+                timeout = self._timers[0][0] - time.monotonic() if self._timers else None
+                self._cv.wait(timeout)
+            return None
+
+    def done(self, key: str) -> None:
+        with self._cv:
+            self._busy.discard(key)
+            if key in self._dirty:
+                self._dirty.discard(key)
+                self._add_now(key)
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+
+    def _add_now(self, key: str) -> None:
+        if key in self._busy:
+            self._dirty.add(key)
+        elif key not in self._queued:
+            self._queued.add(key)
+            self._ready.append(key)
+            self._cv.notify()
+
+    def _promote_due(self) -> None:
+        now = time.monotonic()
+        while self._timers and self._timers[0][0] <= now:
+            self._add_now(heapq.heappop(self._timers)[2])
+
+
+# -- the controller ---------------------------------------------------------------------
+
+
+class Stopped(Exception):
+    """The controller was stopped: leave the rest to the next one."""
+
+
+POD_KEY = "pod/"
+RECREATE_KEY = "recreate/"
+
+
+class RejectionController:
+    """Watches this node's pods and handles admission rejections until stopped.
+
+    The watch thread only queues pod uids; a few workers do the API calls and wipes,
+    each pod by one worker at a time, and re-creations wait out their backoff in the
+    queue's timer heap without holding a worker.
+    """
+
+    def __init__(
+        self,
+        kube: Kube,
+        node_name: str,
+        cfg: RejectionConfig,
+        events: EventRecorder,
+        on_progress: Callable[[], None] = lambda: None,
+        *,
+        wipe_fn: WipeFn = default_wipe,
+        workers: int = WORKERS,
+    ) -> None:
+        self.kube = kube
+        self.node_name = node_name
+        self.cfg = cfg
+        self.events = events
+        self.on_progress = on_progress
+        self.wipe_fn = wipe_fn
+        self.workers = workers
+        self.journal = Journal(cfg.journal_dir)
+        self.queue = WorkQueue()
+        self.reflector = Reflector(
+            kube,
+            "/api/v1/pods",
+            field_selector=f"spec.nodeName={node_name}",
+            resource="pods",
+            watch_seconds=WATCH_SECONDS,
+            on_change=self._on_change,
+            on_restart=lambda _why: metrics.WATCH_RESTARTS.labels("pods").inc(),
+        )
+        # uid -> resourceVersion of the object the last finished sync looked at
+        self.synced: dict[str, str] = {}
+        self._progress: dict[str, PodProgress] = {}
+        self._pending: dict[str, str] = {}  # old uid -> "ns/name" of a journalled re-creation
+        self._failures: dict[str, int] = {}
+        self._busy_since: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    # -- lifecycle --
+
+    def run(self, stop: threading.Event) -> None:
+        """Watch this node's pods and handle rejections until `stop` is set."""
+        if not self.cfg.enabled:
+            return
+        self._stop = stop
+        for entry in self.journal.entries():
+            self._track(entry)
+            self.queue.add(RECREATE_KEY + entry.key)
+        threads = [
+            threading.Thread(target=self._work, name=f"rejection-{i}", daemon=True)
+            for i in range(self.workers)
+        ]
+        for thread in threads:
+            thread.start()
+        self.reflector.start()
+        try:
+            while not stop.wait(PROGRESS_INTERVAL):
+                if self.healthy():
+                    self.on_progress()
+        finally:
+            self.reflector.stop()
+            self.queue.close()
+            for thread in threads:
+                thread.join(timeout=1.0)
+
+    def healthy(self) -> bool:
+        """The watch is not stuck (listing, watching or retrying) and no worker hangs."""
+        stuck_after = WATCH_SECONDS + READ_TIMEOUT + 15
+        if not self.reflector.stats.progressed_within(stuck_after):
+            return False
+        limit = self.cfg.wipe_timeout + 3 * READ_TIMEOUT + 30
+        with self._lock:
+            return all(time.monotonic() - t < limit for t in self._busy_since.values())
+
+    def _on_change(self, kind: str, pod: JSON) -> None:
+        self.queue.add(POD_KEY + pod["metadata"]["uid"])
+
+    # -- workers --
+
+    def _work(self) -> None:
+        name = threading.current_thread().name
+        while (key := self.queue.get()) is not None:
+            with self._lock:
+                self._busy_since[name] = time.monotonic()
+            try:
+                self._process(key)
+                self._failures.pop(key, None)
+            except Stopped:
+                pass
+            except Exception as exc:
+                self._retry(key, exc)
+            finally:
+                with self._lock:
+                    self._busy_since.pop(name, None)
+                self.queue.done(key)
+
+    def _retry(self, key: str, exc: Exception) -> None:
+        tries = self._failures.get(key, 0) + 1
+        self._failures[key] = tries
+        delay = min(RETRY_START * 2 ** (tries - 1), RETRY_MAX)
+        if isinstance(exc, _Wait):
+            log.info("%s: %s; looking again in %.1fs", key, exc, delay)
+        elif isinstance(exc, KubeError | OSError):
+            log.warning("%s: %s; retrying in %.1fs", key, exc, delay)
+        else:
+            log.exception("%s failed; retrying in %.1fs", key, delay)
+        self.queue.add(key, delay)
+
+    def _process(self, key: str) -> None:
+        if key.startswith(POD_KEY):
+            self._sync_pod(key.removeprefix(POD_KEY))
+        else:
+            namespace, name = key.removeprefix(RECREATE_KEY).split("/", 1)
+            self._sync_recreation(namespace, name)
+
+    def _running(self) -> None:
+        if self._stop.is_set():
+            raise Stopped
+
+    # -- one pod --
+
+    def _sync_pod(self, uid: str) -> None:
+        with self.reflector.changed:
+            pod = self.reflector.objects.get(uid)
+        if pod is None:
+            self._progress.pop(uid, None)
+            self.synced.pop(uid, None)
+            return
+        if uid not in self._pending:
+            self._reconcile(pod)
+        self.synced[uid] = str(pod["metadata"].get("resourceVersion"))
+
+    def _reconcile(self, pod: JSON) -> None:
+        uid = pod["metadata"]["uid"]
+        if rejection_of(pod) is None:
+            return
+        progress = self._progress.setdefault(uid, PodProgress())
+        self._running()
+        try:
+            handled = handle_pod(self.kube, pod, self.cfg, self.events, progress, self.wipe_fn)
+            if handled is not None and not progress.decided:
+                self._maybe_recreate(*handled)
+                progress.decided = True
+        except PodGone as exc:
+            log.info("pod gone, nothing more to do: %s", exc)
+
+    def _maybe_recreate(self, pod: JSON, rejection: Rejection) -> None:
+        if not wants_recreate(pod, self.cfg) or pod["metadata"].get("deletionTimestamp"):
+            return
+        if find_condition(pod, RECREATED) is not None:
+            return
+        done = recreations(pod)
+        if rejection.reason == NODE_SHUTDOWN:
+            why = "the node is shutting down; the pod is not re-created"
+            self._decline(pod, NODE_SHUTDOWN, why, NORMAL)
+        elif done >= self.cfg.recreate_limit:
+            why = f"re-created {done} time(s), the limit; the pod is left as it is"
+            self._decline(pod, LIMIT_REACHED, why, WARNING)
+        else:
+            self._begin_recreation(pod, rejection, done + 1)
+
+    def _decline(self, pod: JSON, reason: str, message: str, kind: str) -> None:
+        self._running()
+        updated = patch_conditions(self.kube, pod, pod_condition(RECREATED, "False", reason, message))
+        self.events.pod(updated, reason, message, kind)
+        log.info("pod %s not re-created: %s", describe(pod), message)
+
+    def _begin_recreation(self, pod: JSON, rejection: Rejection, count: int) -> None:
+        """Check the create would be accepted, journal the intent, hand it to the queue."""
+        manifest = recreate_manifest(pod, count)
+        refused = self._dry_run(manifest)
+        if refused:
+            self._decline(pod, RECREATE_REFUSED, f"re-creating would fail: {refused}", WARNING)
+            return
+        meta = pod["metadata"]
+        entry = Recreation(
+            namespace=meta["namespace"],
+            name=meta["name"],
+            old_uid=meta["uid"],
+            count=count,
+            due=time.time() + self.cfg.recreate_backoff,
+            reason=rejection.reason,
+            manifest=manifest,
+        )
+        self._running()
+        self.journal.write(entry)
+        self._track(entry)
+        self.queue.add(RECREATE_KEY + entry.key)
+
+    def _dry_run(self, manifest: JSON) -> str:
+        """Why the API would refuse to create `manifest` ('' when it would accept it).
+
+        A server-side dry run under a generated name (the old pod still holds the real
+        one) runs validation, admission and RBAC: a pod is deleted only if it can come
+        back.
+        """
+        probe = copy.deepcopy(manifest)
+        probe["metadata"]["generateName"] = probe["metadata"].pop("name")[:57] + "-"
+        try:
+            self.kube.request(
+                "POST", pods_path(manifest["metadata"]["namespace"]), query={"dryRun": "All"},
+                body=probe,
+            )  # fmt: skip
+        except ApiError as exc:
+            if 400 <= exc.status < 500 and exc.status != 429:
+                return str(exc)
+            raise
+        return ""
+
+    # -- one re-creation --
+
+    def _track(self, entry: Recreation) -> None:
+        with self._lock:
+            self._pending[entry.old_uid] = entry.key
+
+    def _untrack(self, entry: Recreation) -> None:
+        with self._lock:
+            self._pending.pop(entry.old_uid, None)
+
+    def _sync_recreation(self, namespace: str, name: str) -> None:
+        entry = self.journal.read(namespace, name)
+        if entry is None:
+            return
+        current = self._get_pod(namespace, name)
+        if current is not None and current["metadata"]["uid"] != entry.old_uid:
+            log.info("pod %s already re-created (uid %s)", entry.key, current["metadata"]["uid"])
+            self._finish(entry)
+        elif current is not None:
+            if not current["metadata"].get("deletionTimestamp"):
+                self._delete_old(entry)
+            raise _Wait(f"pod {entry.key} (uid {entry.old_uid}) is being deleted")
+        elif time.time() < entry.due:
+            self.queue.add(RECREATE_KEY + entry.key, entry.due - time.time())
+        else:
+            self._create(entry)
+
+    def _get_pod(self, namespace: str, name: str) -> JSON | None:
+        try:
+            return self.kube.get(pods_path(namespace, name))
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _delete_old(self, entry: Recreation) -> None:
+        """Delete the rejected pod, only if it is still the one journalled (uid)."""
+        self._running()
+        body = {"preconditions": {"uid": entry.old_uid}}
+        try:
+            self.kube.delete(pods_path(entry.namespace, entry.name), body)
+        except ApiError as exc:
+            if exc.status not in (404, 409):  # gone, or another pod holds the name
+                raise
+        log.info("pod %s deleted for re-creation %d", entry.key, entry.count)
+
+    def _create(self, entry: Recreation) -> None:
+        self._running()
+        try:
+            new = self.kube.post(pods_path(entry.namespace), entry.manifest)
+        except ApiError as exc:
+            if exc.status == 409:  # a pod of that name appeared: look again
+                raise _Wait(f"pod {entry.key} exists again") from None
+            if 400 <= exc.status < 500 and self._failures.get(RECREATE_KEY + entry.key, 0) >= (
+                RECREATE_ATTEMPTS
+            ):
+                log.error("pod %s could not be re-created, giving up: %s", entry.key, exc)
+                self._finish(entry)
+                return
+            raise
+        metrics.POD_RECREATIONS.inc()
+        message = (
+            f"Re-created after the kubelet on {self.node_name} rejected it ({entry.reason}); "
+            f"re-creation {entry.count} of at most {self.cfg.recreate_limit}"
+        )
+        self.events.pod(new, "PodRecreated", message)
+        log.info("pod %s re-created (%d): uid %s", entry.key, entry.count, new["metadata"]["uid"])
+        self._finish(entry)
+
+    def _finish(self, entry: Recreation) -> None:
+        self.journal.drop(entry)
+        self._untrack(entry)
+
+
+class _Wait(KubeError):
+    """Not done yet: the key is retried with backoff."""

@@ -1,0 +1,134 @@
+"""`nodeagent status`: what the API says about one node, for people and scripts.
+
+Read-only: the Node (cordon, marker, taints, the agent's conditions and heartbeat),
+the pods a drain would still evict, and for each the PDB that would refuse it now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from nodeagent import conditions, podfilter
+from nodeagent import cordon as fence
+from nodeagent.kube import JSON, Kube
+
+
+@dataclass
+class PodLeft:
+    namespace: str
+    name: str
+    blocked_by: list[str] = field(default_factory=list)  # "ns/pdb" with 0 disruptions allowed
+
+
+@dataclass
+class NodeStatus:
+    node: str
+    cordoned: bool
+    cordoned_by: str  # "nodeagent", "someone else" or ""
+    marker: dict[str, str]
+    taints: list[str]
+    conditions: list[JSON]
+    heartbeat_age_seconds: float | None
+    pods_left: list[PodLeft]
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def gather(kube: Kube, node_name: str) -> NodeStatus:
+    node = fence.get_node(kube, node_name)
+    state = fence.NodeFence.of(node)
+    ann = node["metadata"].get("annotations") or {}
+    query = {"fieldSelector": f"spec.nodeName={node_name}"}
+    pods = kube.request("GET", "/api/v1/pods", query=query)["items"]
+    left = [p for p in pods if podfilter.skip_reason(p) is None]
+    pdbs = kube.get("/apis/policy/v1/poddisruptionbudgets")["items"] if left else []
+    return NodeStatus(
+        node=node_name,
+        cordoned=state.unschedulable,
+        cordoned_by="nodeagent"
+        if state.cordoned_by_agent
+        else "someone else"
+        if state.cordoned_by_other
+        else "",
+        marker={k: v for k, v in ann.items() if k in fence.MARKER_KEYS},
+        taints=[_taint(t) for t in node["spec"].get("taints") or []],
+        conditions=[c for c in _conditions(node) if c],
+        heartbeat_age_seconds=_heartbeat_age(node),
+        pods_left=[_pod_left(p, pdbs) for p in left],
+    )
+
+
+def _conditions(node: JSON) -> list[JSON | None]:
+    return [conditions.find(node, conditions.READY), conditions.find(node, conditions.DRAINED)]
+
+
+def _taint(taint: JSON) -> str:
+    value = f"={taint['value']}" if taint.get("value") else ""
+    return f"{taint['key']}{value}:{taint.get('effect', '')}"
+
+
+def _heartbeat_age(node: JSON) -> float | None:
+    ready = conditions.find(node, conditions.READY)
+    if not ready or not ready.get("lastHeartbeatTime"):
+        return None
+    beat = datetime.strptime(ready["lastHeartbeatTime"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    return round((datetime.now(UTC) - beat).total_seconds(), 1)
+
+
+def _pod_left(pod: JSON, pdbs: list[JSON]) -> PodLeft:
+    meta = pod["metadata"]
+    blocking = [
+        f"{b['metadata']['namespace']}/{b['metadata']['name']}"
+        for b in pdbs
+        if b["metadata"]["namespace"] == meta["namespace"]
+        and int((b.get("status") or {}).get("disruptionsAllowed") or 0) == 0
+        and selects(b["spec"].get("selector"), meta.get("labels") or {})
+    ]
+    return PodLeft(meta["namespace"], meta["name"], blocking)
+
+
+def selects(selector: JSON | None, labels: dict[str, str]) -> bool:
+    """A metav1.LabelSelector match (a PDB's null selector selects nothing)."""
+    if selector is None:
+        return False
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    return all(_expression(e, labels) for e in selector.get("matchExpressions") or [])
+
+
+def _expression(expr: JSON, labels: dict[str, str]) -> bool:
+    key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+    if op == "In":
+        return labels.get(key) in values
+    if op == "NotIn":
+        return labels.get(key) not in values
+    if op == "Exists":
+        return key in labels
+    return key not in labels  # DoesNotExist
+
+
+def render(status: NodeStatus) -> str:
+    """A short human report, one fact per line."""
+    by = f" (by {status.cordoned_by})" if status.cordoned else ""
+    lines = [
+        f"Node:       {status.node}",
+        f"Cordoned:   {'yes' if status.cordoned else 'no'}{by}",
+    ]
+    marker = ", ".join(f"{k.removeprefix(fence.PREFIX)}={v}" for k, v in status.marker.items())
+    lines.append(f"Marker:     {marker or '-'}")
+    lines.append(f"Taints:     {', '.join(status.taints) or '-'}")
+    for cond in status.conditions:
+        lines.append(
+            f"{cond['type'] + ':':<18}{cond['status']} {cond.get('reason', '')}"
+            f" ({cond.get('message', '')}) since {cond.get('lastTransitionTime', '?')}"
+        )
+    age = status.heartbeat_age_seconds
+    lines.append(f"Heartbeat:  {f'{age:.0f}s ago' if age is not None else 'never'}")
+    lines.append(f"Pods left to drain: {len(status.pods_left)}")
+    for pod in status.pods_left:
+        blocked = f"  blocked by PDB {', '.join(pod.blocked_by)}" if pod.blocked_by else ""
+        lines.append(f"  {pod.namespace}/{pod.name}{blocked}")
+    return "\n".join(lines)

@@ -1,0 +1,239 @@
+"""The daemon's own-Node watch: the evacuate taint, its undo, and restarts mid-way.
+
+Every test runs `nodeagent run` as a real process against the real control plane.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeagent import conditions
+from nodeagent.cordon import CORDONED_BY, DRAIN_REASON, DRAIN_RESULT
+from nodeagent.kube import JSON, Kube, node_path
+from tests import kubeutil as ku
+from tests.agentproc import AgentProcess
+
+TAINT = {"key": "nodeagent.io/evacuate", "effect": "NoSchedule"}
+
+
+@dataclass
+class Node:
+    kube: Kube
+    name: str
+    spare: str
+    ns: str
+    group: str
+    workdir: Path
+    kubeconfig: str
+    agents: list[AgentProcess]
+
+    def agent(self, **config: dict[str, Any]) -> AgentProcess:
+        agent = AgentProcess.start(self.workdir, self.kubeconfig, self.name, config)
+        self.agents.append(agent)
+        return agent
+
+    def obj(self) -> JSON:
+        return ku.node(self.kube, self.name)
+
+    def taint(self) -> None:
+        taints = [t for t in self.obj()["spec"].get("taints") or [] if t["key"] != TAINT["key"]]
+        self.kube.merge_patch(node_path(self.name), {"spec": {"taints": [*taints, TAINT]}})
+
+    def untaint(self) -> None:
+        taints = [t for t in self.obj()["spec"].get("taints") or [] if t["key"] != TAINT["key"]]
+        self.kube.merge_patch(node_path(self.name), {"spec": {"taints": taints}})
+
+    def annotations(self) -> dict[str, str]:
+        return dict(self.obj()["metadata"].get("annotations") or {})
+
+    def cordoned(self) -> bool:
+        return bool(self.obj()["spec"].get("unschedulable"))
+
+    def condition(self, cond_type: str = conditions.DRAINED) -> JSON:
+        return conditions.find(self.obj(), cond_type) or {}
+
+    def workload_pods(self) -> list[JSON]:
+        return [
+            p
+            for p in ku.running(ku.pods_on(self.kube, self.name))
+            if p["metadata"]["labels"].get("app") != "ds"
+        ]
+
+    def event_reasons(self) -> list[str]:
+        return [e["reason"] for e in ku.node_events(self.kube, self.name)]
+
+
+@pytest.fixture
+def node(cluster: Any, kube: Kube, admin_kubeconfig: str, tmp_path: Path) -> Iterator[Node]:
+    group, name, spare = ku.node_pair(cluster, kube, "ev")
+    n = Node(kube, name, spare, group, group, tmp_path, admin_kubeconfig, [])
+    try:
+        yield n
+    finally:
+        for agent in n.agents:
+            agent.stop(signal.SIGKILL)
+
+
+def workloads(n: Node, replicas: int = 2) -> None:
+    ku.deployment(n.kube, n.ns, "web", n.group, replicas)
+    ku.daemonset(n.kube, n.ns, "ds", n.group)
+    ku.wait_running(n.kube, n.name, replicas + 1)
+    ku.open_node(n.kube, n.spare)
+
+
+def test_evacuate_taint_drains_and_removal_undoes(node: Node) -> None:
+    workloads(node)
+    node.agent()
+    node.taint()
+
+    ku.wait_until(lambda: not node.workload_pods(), 30, "workload pods evicted")
+    ann = node.annotations()
+    assert node.cordoned()
+    assert ann[CORDONED_BY] == "nodeagent" and ann[DRAIN_REASON] == "evacuate"
+    ku.wait_until(lambda: node.condition().get("reason") == "Drained", 10, "Drained condition")
+    assert node.condition()["status"] == "True"
+    ds = [p for p in ku.running(ku.pods_on(node.kube, node.name))]
+    assert [p["metadata"]["labels"]["app"] for p in ds] == ["ds"]  # DaemonSet pod stays
+
+    node.untaint()
+    ku.wait_until(lambda: not node.cordoned(), 15, "uncordon after the taint goes")
+    assert CORDONED_BY not in node.annotations()
+    ku.wait_until(lambda: "Uncordoned" in node.event_reasons(), 10, "Uncordoned event")
+    ku.wait_until(lambda: node.condition().get("reason") == "NotDraining", 10, "NotDraining")
+
+
+def test_no_schedule_policy_only_cordons(node: Node) -> None:
+    workloads(node)
+    node.agent(evacuate={"policy": "NoSchedule"})
+    node.taint()
+
+    ku.wait_until(node.cordoned, 15, "cordon")
+    assert node.annotations()[DRAIN_REASON] == "evacuate"
+    assert len(node.workload_pods()) == 2  # nothing evicted
+    node.untaint()
+    ku.wait_until(lambda: not node.cordoned(), 15, "uncordon")
+
+
+def test_ignore_policy_does_nothing(node: Node) -> None:
+    workloads(node)
+    agent = node.agent(evacuate={"policy": "Ignore"})
+    seen = "nodeagent_loop_last_success_timestamp_seconds"
+    before = ku.wait_until(lambda: agent.metric(seen, loop="node"), 15, "the node watch")
+    node.taint()
+    # The watch delivered the tainted Node once its last success moved on.
+    ku.wait_until(lambda: agent.metric(seen, loop="node") > before, 15, "the taint seen")
+    assert not node.cordoned()
+    assert CORDONED_BY not in node.annotations()
+    assert len(node.workload_pods()) == 2
+    assert "evacuate: " not in agent.output()
+
+
+def test_extra_taint_keys_from_config(node: Node) -> None:
+    workloads(node, 1)
+    node.agent(evacuate={"taints": ["ToBeDeletedByClusterAutoscaler"]})
+    taint = {"key": "ToBeDeletedByClusterAutoscaler", "value": "1700000000", "effect": "NoSchedule"}
+    node.kube.merge_patch(node_path(node.name), {"spec": {"taints": [taint]}})
+    ku.wait_until(lambda: not node.workload_pods(), 30, "evicted for the autoscaler's taint")
+    assert node.annotations()[DRAIN_REASON] == "evacuate"
+
+
+def test_a_persons_cordon_is_never_undone(node: Node) -> None:
+    workloads(node)
+    node.kube.merge_patch(node_path(node.name), {"spec": {"unschedulable": True}})
+    node.agent()
+    node.taint()
+    ku.wait_until(lambda: not node.workload_pods(), 30, "drained under the person's cordon")
+    assert CORDONED_BY not in node.annotations()
+
+    node.untaint()
+    ku.wait_until(lambda: "Evacuate taint removed" in str(node.condition()), 15, "undo seen")
+    assert node.cordoned()  # still the person's
+
+
+def test_killed_mid_evacuation_finishes_after_restart(node: Node) -> None:
+    # Three replicas, one disruption at a time, each replacement Ready after 2 s: the
+    # drain takes about 6 s, long enough to kill the agent in the middle of it.
+    ku.deployment(
+        node.kube, node.ns, "web", node.group, 3, annotations={"sim.nodeagent.io/ready-delay": "2s"}
+    )
+    ku.pdb(node.kube, node.ns, "web", {"app": "web"}, maxUnavailable=1)
+    ku.wait_running(node.kube, node.name, 3, timeout=60)
+    ku.wait_pdb_ready(node.kube, node.ns, "web")
+    ku.open_node(node.kube, node.spare)
+    first = node.agent()
+    node.taint()
+    ku.wait_until(lambda: len(node.workload_pods()) == 2, 30, "the first eviction")
+    first.kill()
+    left = len(node.workload_pods())
+    assert left >= 1, "the drain finished before the kill; the test proves nothing"
+    assert node.annotations().get(DRAIN_RESULT) is None
+
+    node.agent()
+    ku.wait_until(lambda: not node.workload_pods(), 60, "the restarted agent finishes")
+    ku.wait_until(lambda: node.annotations().get(DRAIN_RESULT) == "drained", 10, "result")
+
+
+def test_taint_removed_while_agent_down_is_undone_on_start(node: Node) -> None:
+    workloads(node, 1)
+    first = node.agent()
+    node.taint()
+    ku.wait_until(lambda: not node.workload_pods(), 30, "evacuated")
+    first.kill()
+    node.untaint()
+    assert node.cordoned()
+
+    node.agent()
+    ku.wait_until(lambda: not node.cordoned(), 15, "undone on start")
+    assert CORDONED_BY not in node.annotations()
+
+
+def test_taint_removed_during_drain_stops_it_and_undoes(node: Node) -> None:
+    ku.deployment(node.kube, node.ns, "quorum", node.group, 2)
+    ku.pdb(node.kube, node.ns, "quorum", {"app": "quorum"}, minAvailable=2)  # never allows
+    ku.wait_running(node.kube, node.name, 2)
+    ku.wait_pdb_ready(node.kube, node.ns, "quorum")
+    agent = node.agent()
+    node.taint()
+    ku.wait_until(lambda: node.condition().get("reason") == "Draining", 15, "Draining")
+    ku.wait_until(lambda: "eviction blocked" in agent.output(), 15, "blocked by the PDB")
+
+    node.untaint()
+    ku.wait_until(lambda: not node.cordoned(), 10, "uncordoned promptly")
+    assert len(node.workload_pods()) == 2
+    ku.wait_until(
+        lambda: "cancelled" in agent.output() or "NotDraining" in str(node.condition()), 10
+    )
+    assert node.condition().get("reason") == "NotDraining"
+
+
+def test_heartbeat_advances_and_transition_time_holds(node: Node) -> None:
+    node.agent(reporting={"heartbeat_interval": "1s"})
+    first = ku.wait_until(lambda: node.condition(conditions.READY), 15, "NodeAgentReady")
+    assert first["status"] == "True" and first["reason"] == "AgentRunning"
+    later = ku.wait_until(
+        lambda: (
+            (c := node.condition(conditions.READY))["lastHeartbeatTime"]
+            != first["lastHeartbeatTime"]
+            and c
+        ),
+        10,
+        "a newer heartbeat",
+    )
+    assert later["lastHeartbeatTime"] > first["lastHeartbeatTime"]
+    assert later["lastTransitionTime"] == first["lastTransitionTime"]
+
+
+def test_healthz_and_metrics(node: Node) -> None:
+    agent = node.agent()
+    ku.wait_until(lambda: agent.healthz() == (200, "ok\n"), 15, "healthy")
+    ku.wait_until(
+        lambda: agent.metric("nodeagent_loop_last_success_timestamp_seconds", loop="heartbeat"),
+        10,
+    )
+    assert agent.metric("nodeagent_watch_restarts_total", resource="nodes") == 0
