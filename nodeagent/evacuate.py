@@ -99,7 +99,7 @@ class Evacuator:
             self._latest = self._seen = node
             self._wake.notify()
             drain = self._drain
-        if drain and decide(node, self.cfg.evacuate) is not Action.DRAIN:
+        if drain and not requested(node, self.cfg.evacuate):
             log.info("evacuate taint removed during the drain; stopping it")
             drain.cancel()
 
@@ -153,7 +153,10 @@ class Evacuator:
             if fence.cordon(self.kube, node, REASON):
                 self.events.node(node, "Cordoned", "Cordoned by nodeagent (evacuate taint)")
         elif action is Action.DRAIN:
-            self._evacuate()
+            # Our own writes (cordon, result) may not have reached the watch yet: decide
+            # on the Node as the API has it now before starting a drain.
+            if decide(fence.get_node(self.kube, self.cfg.node_name), self.cfg.evacuate) is action:
+                self._evacuate()
         elif action is Action.UNDO:
             self._undo(node)
         if not evacuate_taint(node, self.cfg.evacuate.taints):

@@ -110,6 +110,7 @@ class Reflector:
             except ApiError as exc:
                 if exc.status == 410:
                     resource_version = ""  # history compacted: start over from a fresh list
+                    log.info("watch %s: 410 Gone (%s); relisting", self.resource, exc.message)
                     self._restarted("410 Gone: relisting")
                     continue
                 backoff = self._backoff(str(exc), backoff)

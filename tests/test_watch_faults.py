@@ -1,0 +1,201 @@
+"""The daemon's watches under faults, and what it costs while idle.
+
+A cluster of its own: kube-apiserver without the watch cache (so a watch resuming at
+a compacted resourceVersion really gets 410 Gone) and with an audit log (so the
+agent's requests can be counted by its identity). The agent runs with the shipped
+least-privilege ClusterRole, through a TCP relay the tests can cut or blackhole.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+from nodeagent.kube import JSON, Kube, node_path
+from tests import kubeutil as ku
+from tests.agentproc import AgentProcess
+from tests.tcpproxy import Proxy
+
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+  - level: Metadata
+"""
+TAINT = {"key": "nodeagent.io/evacuate", "effect": "NoSchedule"}
+RESTARTS = "nodeagent_watch_restarts_total"
+
+
+@dataclass
+class Faulty:
+    cluster: Any
+    kube: Kube
+    audit_log: Path
+    proxy: Proxy
+    workdir: Path
+
+    def agent_kubeconfig(self, node: str, via_proxy: bool) -> Path:
+        path = self.workdir / f"{node}.kubeconfig"
+        self.cluster.mint_kubeconfig(f"system:nodeagent:{node}", ["nodeagent:agents"], path)
+        if via_proxy:
+            cfg = yaml.safe_load(path.read_text())
+            cfg["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{self.proxy.port}"
+            path.write_text(yaml.safe_dump(cfg))
+        return path
+
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Faulty]:
+    from hack.localcluster.cluster import Cluster
+
+    workdir = tmp_path_factory.mktemp("faulty")
+    policy = workdir / "audit-policy.yaml"
+    policy.write_text(AUDIT_POLICY)
+    audit = workdir / "audit.log"
+    cluster = Cluster.start(
+        workdir / "cluster",
+        apiserver_extra_args=[
+            "--watch-cache=false",
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={audit}",
+        ],
+    )
+    kube = Kube.from_kubeconfig(str(cluster.kubeconfig))
+    paths = {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings"}
+    with open("packaging/rbac.yaml") as fh:
+        for doc in yaml.safe_load_all(fh):
+            kube.post(f"/apis/rbac.authorization.k8s.io/v1/{paths[doc['kind']]}", doc)
+    proxy = Proxy(cluster.ports["apiserver"])
+    try:
+        yield Faulty(cluster, kube, audit, proxy, workdir)
+    finally:
+        proxy.close()
+        cluster.stop()
+
+
+@pytest.fixture
+def agents() -> Iterator[list[AgentProcess]]:
+    started: list[AgentProcess] = []
+    yield started
+    for agent in started:
+        agent.stop(signal.SIGKILL)
+
+
+def start(
+    faulty: Faulty, agents: list[AgentProcess], via_proxy: bool, **cfg: Any
+) -> tuple[str, AgentProcess]:
+    node = ku.unique("wf")
+    faulty.cluster.add_node(node)
+    kc = faulty.agent_kubeconfig(node, via_proxy)
+    agent = AgentProcess.start(faulty.workdir, kc, node, {"rejection": {"enabled": False}, **cfg})
+    agents.append(agent)
+    seen = "nodeagent_loop_last_success_timestamp_seconds"
+    ku.wait_until(lambda: agent.metric(seen, loop="node"), 20, "the node watch synced")
+    return node, agent
+
+
+def taint(kube: Kube, node: str) -> None:
+    kube.merge_patch(node_path(node), {"spec": {"taints": [TAINT]}})
+
+
+def cordoned(kube: Kube, node: str) -> bool:
+    return bool(ku.node(kube, node)["spec"].get("unschedulable"))
+
+
+def test_apiserver_restart_is_survived(faulty: Faulty, agents: list[AgentProcess]) -> None:
+    node, agent = start(faulty, agents, via_proxy=False)
+    faulty.cluster.stop_apiserver()
+    time.sleep(2)
+    faulty.cluster.start_apiserver()
+    ku.wait_until(lambda: agent.metric(RESTARTS, resource="nodes") >= 1, 30, "a watch restart")
+    ku.wait_until(lambda: ku.node(faulty.kube, node), 30, "API server back")
+
+    began = time.monotonic()
+    taint(faulty.kube, node)
+    ku.wait_until(lambda: cordoned(faulty.kube, node), 15, "the taint acted on")
+    print(f"\ntaint after an API server restart acted on in {time.monotonic() - began:.2f}s")
+    assert agent.healthz()[0] == 200
+
+
+def test_410_after_compaction_relists_and_misses_nothing(
+    faulty: Faulty, agents: list[AgentProcess]
+) -> None:
+    node, agent = start(faulty, agents, via_proxy=True)
+    before = agent.metric(RESTARTS, resource="nodes")
+    faulty.proxy.cut("refuse")  # the agent cannot see what happens next
+    taint(faulty.kube, node)
+    for i in range(5):  # history moves on past the agent's resourceVersion ...
+        faulty.kube.post(
+            "/api/v1/namespaces/default/configmaps", {"metadata": {"name": ku.unique(f"cm{i}")}}
+        )
+    faulty.cluster.compact_etcd()  # ... and is compacted away
+    assert not cordoned(faulty.kube, node)
+    faulty.proxy.restore()
+
+    ku.wait_until(lambda: cordoned(faulty.kube, node), 30, "the missed taint acted on")
+    assert "410" in agent.output() or "too old" in agent.output()
+    assert agent.metric(RESTARTS, resource="nodes") > before
+
+
+def test_blackholed_api_server_keeps_the_agent_healthy_and_it_recovers(
+    faulty: Faulty, agents: list[AgentProcess]
+) -> None:
+    node, agent = start(faulty, agents, via_proxy=True, reporting={"heartbeat_interval": "2s"})
+    faulty.proxy.cut("blackhole")
+    time.sleep(20)  # past the connect and request bounds of the agent's calls
+    # Retrying against a dead server is alive; only a call stuck past its bound is not.
+    assert agent.healthz() == (200, "ok\n")
+    assert agent.proc.poll() is None
+    faulty.proxy.restore()
+    began = time.monotonic()
+    taint(faulty.kube, node)
+    ku.wait_until(lambda: cordoned(faulty.kube, node), 60, "the taint acted on after recovery")
+    print(f"\ntaint after a healed blackhole acted on in {time.monotonic() - began:.2f}s")
+
+
+def audit_entries(path: Path, offset: int) -> list[JSON]:
+    with path.open() as fh:
+        fh.seek(offset)
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def test_idle_footprint(faulty: Faulty, agents: list[AgentProcess]) -> None:
+    """While idle the agent only watches and sends heartbeats; measured, then held to it."""
+    interval, window = 5, 30
+    node, agent = start(
+        faulty, agents, via_proxy=False, reporting={"heartbeat_interval": f"{interval}s"}
+    )
+    time.sleep(5)  # past start-up (reconcile, first lists)
+    offset = faulty.audit_log.stat().st_size
+    proc = psutil.Process(agent.proc.pid)
+    cpu_before = sum(proc.cpu_times()[:2])
+    time.sleep(window)
+    cpu = sum(proc.cpu_times()[:2]) - cpu_before
+    rss_mb = proc.memory_info().rss / 2**20
+
+    user = f"system:nodeagent:{node}"
+    mine = [e for e in audit_entries(faulty.audit_log, offset) if e["user"]["username"] == user]
+    others = [e for e in mine if e["verb"] != "watch"]
+    kinds = sorted(
+        {
+            f"{e['verb']} {e['objectRef'].get('resource')}/{e['objectRef'].get('subresource', '')}"
+            for e in others
+        }
+    )
+    print(
+        f"\nidle {window}s: RSS {rss_mb:.1f} MB, CPU {cpu:.2f}s ({100 * cpu / window:.1f}%), "
+        f"{len(others)} non-watch requests ({', '.join(kinds)}), "
+        f"{len(mine) - len(others)} watch requests ended"
+    )
+    assert kinds == ["patch nodes/status"], kinds
+    assert window / interval - 2 <= len(others) <= window / interval + 1
+    assert rss_mb <= 60
