@@ -20,7 +20,7 @@ import psutil
 import pytest
 import yaml
 
-from nodeagent.kube import JSON, Kube, node_path
+from nodeagent.kube import JSON, ApiError, Kube, node_path, pods_path
 from tests import kubeutil as ku
 from tests.agentproc import AgentProcess
 from tests.tcpproxy import Proxy
@@ -32,6 +32,7 @@ rules:
   - level: Metadata
 """
 TAINT = {"key": "nodeagent.io/evacuate", "effect": "NoSchedule"}
+CORDON = {"spec": {"unschedulable": True}}
 RESTARTS = "nodeagent_watch_restarts_total"
 
 
@@ -74,6 +75,13 @@ def faulty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Faulty]:
     with open("packaging/rbac.yaml") as fh:
         for doc in yaml.safe_load_all(fh):
             kube.post(f"/apis/rbac.authorization.k8s.io/v1/{paths[doc['kind']]}", doc)
+    with open("packaging/own-node-policy.yaml") as fh:
+        for doc in yaml.safe_load_all(fh):
+            kinds = {
+                "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+                "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+            }
+            kube.post(f"/apis/admissionregistration.k8s.io/v1/{kinds[doc['kind']]}", doc)
     proxy = Proxy(cluster.ports["apiserver"])
     try:
         yield Faulty(cluster, kube, audit, proxy, workdir)
@@ -199,3 +207,35 @@ def test_idle_footprint(faulty: Faulty, agents: list[AgentProcess]) -> None:
     assert kinds == ["patch nodes/status"], kinds
     assert window / interval - 2 <= len(others) <= window / interval + 1
     assert rss_mb <= 60
+
+
+def test_an_agent_identity_may_change_only_its_own_node(faulty: Faulty) -> None:
+    mine, other = ku.unique("own"), ku.unique("other")
+    for name in (mine, other):
+        faulty.cluster.add_node(name)
+    agent = Kube.from_kubeconfig(str(faulty.agent_kubeconfig(mine, via_proxy=False)))
+
+    def refused() -> str:
+        try:
+            agent.merge_patch(node_path(other), CORDON)
+        except ApiError as exc:
+            return exc.message if exc.status == 403 else ""
+        faulty.kube.merge_patch(node_path(other), {"spec": {"unschedulable": False}})
+        return ""  # not enforced yet: the policy takes a moment to load
+
+    message = ku.wait_until(refused, 30, "the own-node policy enforced")
+    assert f"nodeagent on {mine} may only change its own Node" in message
+    agent.merge_patch(node_path(mine), CORDON)  # its own Node: allowed
+    assert cordoned(faulty.kube, mine) and not cordoned(faulty.kube, other)
+    with pytest.raises(ApiError) as status_patch:
+        agent.strategic_patch(node_path(other) + "/status", {"status": {"conditions": []}})
+    assert status_patch.value.status == 403
+
+    ns = "default"
+    pod = ku.bare_pod(faulty.kube, ns, ku.unique("p"), other)
+    with pytest.raises(ApiError) as pod_patch:
+        agent.strategic_patch(pods_path(ns, pod["metadata"]["name"]) + "/status", {"status": {}})
+    assert pod_patch.value.status == 403
+    with pytest.raises(ApiError) as pod_delete:
+        agent.delete(pods_path(ns, pod["metadata"]["name"]))
+    assert pod_delete.value.status == 403
