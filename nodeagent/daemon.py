@@ -269,12 +269,33 @@ class Agent:
                     and _daemonsets_ready(pods.snapshot(), wanted)
                 )
 
+            warn_at = time.monotonic() + self.cfg.uncordon.ready_timeout
             while not ready():
                 nodes.wait_for(ready, time.monotonic() + 1.0)
                 self._loop("reconcile").beat()
+                if time.monotonic() > warn_at:
+                    # Taking pods before the node can run them is worse than waiting:
+                    # say so once, loudly, and keep waiting.
+                    warn_at = float("inf")
+                    self._not_ready_yet(nodes.snapshot(), wanted)
         finally:
             nodes.stop()
             pods.stop()
+
+    def _not_ready_yet(self, nodes: list[JSON], wanted: list[str]) -> None:
+        waiting = (
+            "the node to be Ready"
+            if not any(_ready(n) for n in nodes)
+            else (f"Ready pods of {', '.join(wanted)}")
+        )
+        message = (
+            f"Still waiting for {waiting} after {self.cfg.uncordon.ready_timeout:.0f}s; "
+            "the node stays cordoned until then"
+        )
+        log.warning("%s", message)
+        self.notify.status(message)
+        if nodes:
+            self.events.node(nodes[0], "UncordonDelayed", message, WARNING)
 
     def _check_unclean_shutdown(self, node: JSON) -> None:
         """A new boot without a drain record for the last one is a departure nobody drained."""

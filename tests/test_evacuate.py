@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from nodeagent import conditions
-from nodeagent.cordon import CORDONED_BY, DRAIN_REASON, DRAIN_RESULT
+from nodeagent.cordon import CORDONED_BY, DRAIN_REASON, DRAIN_RESULT, cordon
 from nodeagent.kube import JSON, Kube, node_path
 from tests import kubeutil as ku
 from tests.agentproc import AgentProcess
@@ -237,3 +237,16 @@ def test_healthz_and_metrics(node: Node) -> None:
         10,
     )
     assert agent.metric("nodeagent_watch_restarts_total", resource="nodes") == 0
+
+
+def test_after_boot_uncordon_waits_for_named_daemonsets(node: Node) -> None:
+    assert cordon(node.kube, node.obj(), "reboot")
+    agent = node.agent(uncordon={"wait_for_daemonsets": [f"{node.ns}/cni"], "ready_timeout": "2s"})
+    ku.wait_until(lambda: "UncordonDelayed" in node.event_reasons(), 15, "the delay reported")
+    assert node.cordoned()
+    assert f"Ready pods of {node.ns}/cni" in agent.output()
+
+    ku.daemonset(node.kube, node.ns, "cni", node.group)
+    ku.wait_until(lambda: not node.cordoned(), 20, "uncordon once the CNI pod is Ready")
+    assert CORDONED_BY not in node.annotations()
+    assert "Uncordoned" in node.event_reasons()

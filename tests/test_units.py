@@ -154,3 +154,15 @@ def test_logind_dropin_covers_the_drain_and_sorts_last() -> None:
     assert name > "99-kubelet.conf"
     login = parse_unit(LOGIND_DROPIN)["Login"]
     assert float(login["InhibitDelayMaxSec"][-1]) >= DrainConfig().deadline
+
+
+def test_wipe_dropin_adds_only_ptrace_and_is_measured(tmp_path: Path) -> None:
+    dropin = REPO / "systemd" / "optional" / "wipe-stops-holders.conf"
+    added = parse_unit(dropin)["Service"]
+    assert set(added) == {"CapabilityBoundingSet"}
+    assert words(added, "CapabilityBoundingSet") == ["CAP_SYS_PTRACE"]
+    # Installed as a drop-in beside the unit (offline analysis reads it from there too).
+    (tmp_path / "nodeagent.service").write_text(UNIT.read_text())
+    (tmp_path / "nodeagent.service.d").mkdir()
+    (tmp_path / "nodeagent.service.d" / dropin.name).write_text(dropin.read_text())
+    assert exposure(UNIT) < exposure(tmp_path / "nodeagent.service") <= 2.2
