@@ -28,7 +28,15 @@ REPO = Path(__file__).resolve().parent.parent
 POD = PodRef(namespace="team-a", name="web-0", uid="0b6c2f1e-2d4a-4c1e-9d7e-3f5a8b9c1d2e")
 OTHER_UID = "7d0e5a4b-1c2f-4e3d-8a9b-6c5d4e3f2a1b"
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+# The suite runs as root (it boots systemd in containers too); as another user these
+# fail rather than skip, so a run that could not prove them does not look green.
+needs_root = pytest.mark.usefixtures("as_root")
+
+
+@pytest.fixture
+def as_root() -> None:
+    assert os.geteuid() == 0, "needs root (mounts, other users' processes)"
+
 
 HOLD = {
     "open": "held = open(os.path.join(state, 'data'), 'a')",
@@ -202,8 +210,7 @@ def test_agent_never_stops_itself(root: Path, state: Path) -> None:
 def test_holder_in_another_mount_namespace_is_found_by_inode(
     tmp_path: Path, root: Path, state: Path, spawn: Spawn
 ) -> None:
-    if shutil.which("unshare") is None:
-        pytest.skip("needs unshare")
+    assert shutil.which("unshare"), "util-linux's unshare is missing"
     view = tmp_path / "view"
     view.mkdir()
     # The holder sees the state directory at `view`, bind-mounted in its own namespace.
@@ -228,8 +235,7 @@ def test_holder_the_agent_may_not_inspect_is_counted_and_left_alone(
     root: Path, state: Path, spawn: Spawn
 ) -> None:
     """The hardened unit's capabilities: no CAP_SYS_PTRACE, so another uid's fds are unreadable."""
-    if shutil.which("setpriv") is None:
-        pytest.skip("needs setpriv")
+    assert shutil.which("setpriv"), "util-linux's setpriv is missing"
     holder = spawn(state, extra=BECOME_NOBODY)
     code = (
         "import dataclasses, json, sys\n"
@@ -480,8 +486,8 @@ def test_hook_sleeping_forever_times_out_and_its_group_is_killed(
 @needs_root
 def test_hung_file_system_times_out_within_the_bound(root: Path) -> None:
     """A FUSE mount whose server never answers hangs every lookup, like a dead NFS server."""
-    if not os.path.exists("/dev/fuse") or shutil.which("mount") is None:
-        pytest.skip("needs /dev/fuse and mount")
+    # A missing /dev/fuse fails here rather than skipping: the bound must be proven.
+    assert os.path.exists("/dev/fuse") and shutil.which("mount"), "needs /dev/fuse and mount"
     pods = root / "pods"
     pods.mkdir()
     fuse = os.open("/dev/fuse", os.O_RDWR)
