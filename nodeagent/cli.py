@@ -1,4 +1,4 @@
-"""Command line: `nodeagent drain | uncordon | status | run | version`.
+"""Command line: `nodeagent drain | uncordon | status | wipe | run | version`.
 
 Exit codes: 0 ok, 1 runtime error (API unreachable, forbidden, node not found),
 2 bad usage or configuration, 3 drain deadline reached with pods left,
@@ -254,6 +254,55 @@ def status(output: str, **params: Any) -> None:
         click.echo(json.dumps(report.as_json(), indent=2))
     else:
         click.echo(render(report))
+
+
+@main.command()
+@common_options
+@click.option("--pod", "pod_ref", required=True, metavar="NAMESPACE/NAME", help="The pod.")
+@click.option("--dry-run", is_flag=True, help="Say what would be stopped, run and removed.")
+@handle_errors
+def wipe(pod_ref: str, dry_run: bool, **params: Any) -> None:
+    """Wipe a pod's node-local state, as the agent does for a pod the kubelet rejected.
+
+    Uses the [rejection] state roots, paths and hooks; bounded by wipe_timeout.
+    Reports the StateWiped condition and an Event on the pod (not with --dry-run).
+    Exits 0 when wiped, 1 when the wipe failed or timed out.
+    """
+    cfg = build_config(params)
+    namespace, _, name = pod_ref.partition("/")
+    if not namespace or not name or "/" in name:
+        fail(f"--pod: expected NAMESPACE/NAME, got {pod_ref!r}", 2)
+    from nodeagent.kube import ApiError, Kube, KubeError, pods_path
+    from nodeagent.wipe import PodRef
+    from nodeagent.wipe import wipe as do_wipe
+
+    kube = Kube.from_kubeconfig(cfg.kubeconfig or None)
+    try:
+        pod = kube.get(pods_path(namespace, name))
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        raise KubeError(f'pod "{pod_ref}" not found') from None
+    bound = pod["spec"].get("nodeName") or ""
+    if bound != cfg.node_name:
+        fail(
+            f"pod {pod_ref} is bound to node {bound or '(none)'!r}, not {cfg.node_name!r}: "
+            "its node-local state is not here",
+            2,
+        )
+    result = do_wipe(PodRef.of(pod), cfg.rejection, dry_run=dry_run)
+    click.echo(f"{'would wipe' if dry_run else result.reason}: {result.message}")
+    if not dry_run:
+        from nodeagent.rejection import PodGone, report_wipe
+        from nodeagent.report import EventRecorder
+
+        events = EventRecorder(kube, cfg.node_name)
+        try:
+            report_wipe(kube, pod, result, events)
+        except PodGone:
+            fail(f"pod {pod_ref} was deleted during the wipe; nothing reported", 1)
+        events.flush()
+    sys.exit(0 if result.ok else 1)
 
 
 @main.command()
