@@ -22,6 +22,14 @@ deleted), so its intent is journalled on the node before the delete: a small JSO
 pod under `journal_dir` with the cleaned manifest, the old uid and when the backoff ends.
 On start, pending entries are finished: a pod of that name with another uid means the
 re-creation happened; the old pod still there means the agent stopped before deleting it.
+
+Why a journal and not a finalizer holding the pod (and its spec) in the API during the
+backoff: a finalizer needs `patch` on every pod in the cluster (the agent's role only
+patches pods/status), shows the pod as Terminating for the whole backoff, and leaves it
+stuck in Terminating for good if the node (and the agent with it) never comes back. The
+journal needs no extra rights; losing it with the node loses only an opt-in re-creation
+of a pod that was on that node anyway. Before deleting, a server-side dry run of the
+create (validation, admission, RBAC) makes sure the pod can come back.
 """
 
 from __future__ import annotations
@@ -42,7 +50,15 @@ from pathlib import Path
 
 from nodeagent import metrics
 from nodeagent.config import RejectionConfig
-from nodeagent.kube import JSON, READ_TIMEOUT, ApiError, Kube, KubeError, pods_path
+from nodeagent.kube import (
+    CONNECT_TIMEOUT,
+    JSON,
+    READ_TIMEOUT,
+    ApiError,
+    Kube,
+    KubeError,
+    pods_path,
+)
 from nodeagent.report import NORMAL, WARNING, EventRecorder
 from nodeagent.watch import Reflector
 from nodeagent.wipe import PodRef, WipeResult, wipe
@@ -61,7 +77,8 @@ LIMIT_REACHED = "RecreateLimitReached"
 RECREATE_REFUSED = "RecreateRefused"
 
 # Kubelet admission rejection reasons (status.reason of a pod the kubelet refused).
-# Sources, kubernetes/kubernetes (v1.35 era main; older releases have a subset):
+# Sources, kubernetes/kubernetes main as read for this module (1.35 development; older
+# releases have a subset):
 # - pkg/kubelet/kubelet.go: `admissionRejectionReasons` (the set behind the kubelet's
 #   kubelet_admission_rejections_total metric) and rejectPod(), which sets
 #   phase=Failed, reason, message "Pod was rejected: " + message;
@@ -83,9 +100,10 @@ RECREATE_REFUSED = "RecreateRefused"
 #   the node is shutting down."); distinct from `Terminated`, the reason on pods the
 #   shutdown manager killed, which is not a rejection;
 # - pkg/kubelet/volumemanager: VolumeAttachmentLimitExceeded;
-# - pre-1.19 kubelets named predicates after the old scheduler predicates
-#   (pkg/scheduler/algorithm/predicates/predicates.go): MatchNodeSelector, HostName,
-#   PodFitsHostPorts, PodToleratesNodeTaints.
+# - older kubelets (before the scheduler framework plugins, about 1.19) reported the
+#   old predicate names (predicate.go: PredicateFailureError.PredicateName, from
+#   pkg/scheduler/algorithm/predicates): MatchNodeSelector, HostName, PodFitsHostPorts,
+#   PodToleratesNodeTaints.
 # `Evicted` is deliberately absent: the eviction manager uses it both to refuse admission
 # under node pressure ("Pod was rejected: The node had condition: [...]") and to evict
 # running pods ("The node was low on resource: ..."); only the first is a rejection, and
@@ -113,7 +131,7 @@ ADMISSION_REASONS = frozenset(
         "UnexpectedPredicateFailureType",
         "UnknownReason",
         "VolumeAttachmentLimitExceeded",
-        # pre-1.19 predicate names
+        # older predicate names
         "HostName",
         "MatchNodeSelector",
         "PodFitsHostPorts",
@@ -121,7 +139,7 @@ ADMISSION_REASONS = frozenset(
     }
 )
 OUT_OF_PREFIX = "OutOf"
-REJECTED_PREFIX = "Pod was rejected: "  # kubelet.go rejectPod, since v1.26
+REJECTED_PREFIX = "Pod was rejected: "  # kubelet.go rejectPod (older kubelets: "Pod ")
 # A pod rejected because its node is shutting down gets its state wiped, but re-creating
 # it is pointless: the node is going away (a drain is usually under way) and the agent
 # itself is about to stop.
@@ -133,6 +151,7 @@ WORKERS = 4
 RETRY_START = 0.5
 RETRY_MAX = 30.0
 RECREATE_ATTEMPTS = 20  # creates refused after the delete, before giving the pod up
+ITEM_SECONDS = 8 * (READ_TIMEOUT + CONNECT_TIMEOUT)  # bound on one work item's requests
 
 WipeFn = Callable[[PodRef, RejectionConfig], WipeResult]
 
@@ -184,11 +203,16 @@ def recreations(pod: JSON) -> int:
 
 
 def wants_recreate(pod: JSON, cfg: RejectionConfig) -> bool:
-    """Bare pods that opted in, by annotation or by config; controllers replace their own."""
+    """Bare pods that opted in, by annotation or by config; controllers replace their own.
+
+    The annotation wins over the config both ways: "false" opts a pod out.
+    """
     if controller_owned(pod):
         return False
-    annotation = (pod["metadata"].get("annotations") or {}).get(RECREATE_ANNOTATION, "")
-    return cfg.recreate or annotation.lower() == "true"
+    annotation = str((pod["metadata"].get("annotations") or {}).get(RECREATE_ANNOTATION, ""))
+    if annotation.lower() in ("true", "false"):
+        return annotation.lower() == "true"
+    return cfg.recreate
 
 
 def describe(pod: JSON) -> str:
@@ -255,24 +279,16 @@ def report_rejected(kube: Kube, pod: JSON, rejection: Rejection, events: EventRe
     return updated
 
 
-def wipe_summary(result: WipeResult) -> str:
-    parts = [result.message] if result.message else []
-    parts.append(
-        f"removed {len(result.removed)} path(s), stopped {len(result.stopped)} process(es), "
-        f"ran {len(result.hooks)} hook(s), refused {len(result.refused)} path(s) "
-        f"in {result.seconds:.2f}s"
-    )
-    return "; ".join(parts)
-
-
 def report_wipe(kube: Kube, pod: JSON, result: WipeResult, events: EventRecorder) -> JSON:
     """Set StateWiped (True/Wiped, or False with the failure); Event and metric.
 
     `nodeagent wipe --pod NS/NAME` calls this after wipe(). Raises PodGone.
     """
     status = "True" if result.ok else "False"
-    message = wipe_summary(result)
-    updated = patch_conditions(kube, pod, pod_condition(STATE_WIPED, status, result.reason, message))
+    message = f"{result.message} ({result.seconds:.2f}s)"
+    updated = patch_conditions(
+        kube, pod, pod_condition(STATE_WIPED, status, result.reason, message)
+    )
     metrics.WIPES.labels(result.reason).inc()
     events.pod(updated, STATE_WIPED, message, NORMAL if result.ok else WARNING)
     return updated
@@ -383,7 +399,9 @@ class Journal:
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         final = self.path(entry.namespace, entry.name)
         tmp = final.with_suffix(".tmp")
-        with tmp.open("w") as fh:
+        # 0600: the manifest is the pod's whole spec, environment values included.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as fh:
             json.dump(asdict(entry), fh)
             fh.flush()
             os.fsync(fh.fileno())
@@ -498,6 +516,10 @@ class Stopped(Exception):
     """The controller was stopped: leave the rest to the next one."""
 
 
+class _Wait(KubeError):
+    """Not done yet: the key is retried with backoff."""
+
+
 POD_KEY = "pod/"
 RECREATE_KEY = "recreate/"
 
@@ -580,12 +602,17 @@ class RejectionController:
         stuck_after = WATCH_SECONDS + READ_TIMEOUT + 15
         if not self.reflector.stats.progressed_within(stuck_after):
             return False
-        limit = self.cfg.wipe_timeout + 3 * READ_TIMEOUT + 30
+        # A work item makes a few bounded requests and at most one bounded wipe; one
+        # busy for longer than this is stuck (a bug), and the watchdog should see it.
+        limit = self.cfg.wipe_timeout + ITEM_SECONDS
         with self._lock:
             return all(time.monotonic() - t < limit for t in self._busy_since.values())
 
     def _on_change(self, kind: str, pod: JSON) -> None:
-        self.queue.add(POD_KEY + pod["metadata"]["uid"])
+        uid = pod["metadata"]["uid"]
+        if kind != "DELETED" and rejection_of(pod) is not None:
+            self._progress.setdefault(uid, PodProgress())  # the rejection is seen now
+        self.queue.add(POD_KEY + uid)
 
     # -- workers --
 
@@ -673,7 +700,9 @@ class RejectionController:
 
     def _decline(self, pod: JSON, reason: str, message: str, kind: str) -> None:
         self._running()
-        updated = patch_conditions(self.kube, pod, pod_condition(RECREATED, "False", reason, message))
+        updated = patch_conditions(
+            self.kube, pod, pod_condition(RECREATED, "False", reason, message)
+        )
         self.events.pod(updated, reason, message, kind)
         log.info("pod %s not re-created: %s", describe(pod), message)
 
@@ -714,9 +743,9 @@ class RejectionController:
                 body=probe,
             )  # fmt: skip
         except ApiError as exc:
-            if 400 <= exc.status < 500 and exc.status != 429:
+            if 400 <= exc.status < 500 and exc.status not in (409, 429):
                 return str(exc)
-            raise
+            raise  # the API's trouble, or a generated name taken: try again later
         return ""
 
     # -- one re-creation --
@@ -736,6 +765,8 @@ class RejectionController:
         current = self._get_pod(namespace, name)
         if current is not None and current["metadata"]["uid"] != entry.old_uid:
             log.info("pod %s already re-created (uid %s)", entry.key, current["metadata"]["uid"])
+            if recreations(current) == entry.count:  # ours: created, then stopped
+                self._recreated(entry, current)
             self._finish(entry)
         elif current is not None:
             if not current["metadata"].get("deletionTimestamp"):
@@ -763,22 +794,25 @@ class RejectionController:
         except ApiError as exc:
             if exc.status not in (404, 409):  # gone, or another pod holds the name
                 raise
+            return
         log.info("pod %s deleted for re-creation %d", entry.key, entry.count)
 
     def _create(self, entry: Recreation) -> None:
         self._running()
         try:
-            new = self.kube.post(pods_path(entry.namespace), entry.manifest)
+            new = self._post(entry)
         except ApiError as exc:
             if exc.status == 409:  # a pod of that name appeared: look again
                 raise _Wait(f"pod {entry.key} exists again") from None
-            if 400 <= exc.status < 500 and self._failures.get(RECREATE_KEY + entry.key, 0) >= (
-                RECREATE_ATTEMPTS
-            ):
-                log.error("pod %s could not be re-created, giving up: %s", entry.key, exc)
-                self._finish(entry)
+            tries = self._failures.get(RECREATE_KEY + entry.key, 0)
+            if 400 <= exc.status < 500 and tries >= RECREATE_ATTEMPTS:
+                self._give_up(entry, exc)
                 return
             raise
+        self._recreated(entry, new)
+        self._finish(entry)
+
+    def _recreated(self, entry: Recreation, new: JSON) -> None:
         metrics.POD_RECREATIONS.inc()
         message = (
             f"Re-created after the kubelet on {self.node_name} rejected it ({entry.reason}); "
@@ -786,12 +820,16 @@ class RejectionController:
         )
         self.events.pod(new, "PodRecreated", message)
         log.info("pod %s re-created (%d): uid %s", entry.key, entry.count, new["metadata"]["uid"])
+
+    def _give_up(self, entry: Recreation, exc: ApiError) -> None:
+        message = f"Pod {entry.key} deleted after rejection could not be re-created: {exc}"
+        log.error("%s; giving up", message)
+        self.events.node({"metadata": {"name": self.node_name}}, "RecreateFailed", message, WARNING)
         self._finish(entry)
+
+    def _post(self, entry: Recreation) -> JSON:
+        return self.kube.post(pods_path(entry.namespace), entry.manifest)
 
     def _finish(self, entry: Recreation) -> None:
         self.journal.drop(entry)
         self._untrack(entry)
-
-
-class _Wait(KubeError):
-    """Not done yet: the key is retried with backoff."""
