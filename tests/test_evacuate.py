@@ -15,7 +15,7 @@ import pytest
 
 from nodeagent import conditions
 from nodeagent.cordon import CORDONED_BY, DRAIN_REASON, DRAIN_RESULT, cordon
-from nodeagent.kube import JSON, Kube, node_path
+from nodeagent.kube import JSON, Kube, node_path, pods_path
 from tests import kubeutil as ku
 from tests.agentproc import AgentProcess
 
@@ -250,3 +250,28 @@ def test_after_boot_uncordon_waits_for_named_daemonsets(node: Node) -> None:
     ku.wait_until(lambda: not node.cordoned(), 20, "uncordon once the CNI pod is Ready")
     assert CORDONED_BY not in node.annotations()
     assert "Uncordoned" in node.event_reasons()
+
+
+def test_the_daemon_wipes_a_rejected_pods_state(node: Node, tmp_path: Path) -> None:
+    from hack.localcluster import REJECT
+
+    root = tmp_path / "state"
+    agent = node.agent(
+        rejection={"state_roots": [str(root)], "state_paths": [f"{root}/{{namespace}}/{{name}}"]}
+    )
+    state = root / node.ns / "big"
+    state.mkdir(parents=True)
+    (state / "scratch").write_text("half-created")
+    ku.bare_pod(node.kube, node.ns, "big", node.name, annotations={REJECT: "OutOfcpu"})
+
+    def wiped() -> JSON | None:
+        pod = node.kube.get(pods_path(node.ns, "big"))
+        return conditions.find(pod, "StateWiped")
+
+    cond = ku.wait_until(wiped, 20, "StateWiped on the rejected pod")
+    assert cond["status"] == "True" and cond["reason"] == "Wiped"
+    rejected = conditions.find(node.kube.get(pods_path(node.ns, "big")), "PodRejected")
+    assert rejected and rejected["reason"] == "OutOfcpu"
+    assert not state.exists()
+    assert agent.metric("nodeagent_pod_rejections_total", reason="OutOfcpu") == 1
+    assert agent.metric("nodeagent_wipes_total", result="Wiped") == 1
