@@ -35,21 +35,16 @@ create (validation, admission, RBAC) makes sure the pod can come back.
 from __future__ import annotations
 
 import copy
-import heapq
-import itertools
-import json
 import logging
-import os
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 
 from nodeagent import metrics
 from nodeagent.config import RejectionConfig
+from nodeagent.journal import Journal, Recreation
 from nodeagent.kube import (
     CONNECT_TIMEOUT,
     JSON,
@@ -62,6 +57,7 @@ from nodeagent.kube import (
 from nodeagent.report import NORMAL, WARNING, EventRecorder
 from nodeagent.watch import Reflector
 from nodeagent.wipe import PodRef, WipeResult, wipe
+from nodeagent.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -366,150 +362,6 @@ def recreate_manifest(pod: JSON, count: int) -> JSON:
     kept["annotations"] = {**(kept.get("annotations") or {}), RECREATIONS_ANNOTATION: str(count)}
     spec = {k: copy.deepcopy(v) for k, v in pod["spec"].items() if k not in DROPPED_SPEC}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": kept, "spec": spec}
-
-
-@dataclass
-class Recreation:
-    """A journalled re-creation: written before the delete, dropped after the create."""
-
-    namespace: str
-    name: str
-    old_uid: str
-    count: int  # the re-created pod's nodeagent.io/recreations
-    due: float  # wall clock when the backoff ends
-    reason: str  # the kubelet's rejection reason
-    manifest: JSON
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
-class Journal:
-    """One JSON file per pod under `directory`, replaced atomically (tmp, fsync, rename)."""
-
-    def __init__(self, directory: str) -> None:
-        self.dir = Path(directory)
-
-    def path(self, namespace: str, name: str) -> Path:
-        # Namespaces and pod names never contain "_": the file name is unambiguous.
-        return self.dir / f"{namespace}_{name}.json"
-
-    def write(self, entry: Recreation) -> None:
-        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        final = self.path(entry.namespace, entry.name)
-        tmp = final.with_suffix(".tmp")
-        # 0600: the manifest is the pod's whole spec, environment values included.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(asdict(entry), fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        tmp.replace(final)
-        self._sync_dir()
-
-    def read(self, namespace: str, name: str) -> Recreation | None:
-        return self._load(self.path(namespace, name))
-
-    def drop(self, entry: Recreation) -> None:
-        path = self.path(entry.namespace, entry.name)
-        current = self._load(path)
-        if current is not None and current.old_uid == entry.old_uid:
-            path.unlink(missing_ok=True)
-            self._sync_dir()
-
-    def entries(self) -> list[Recreation]:
-        if not self.dir.is_dir():
-            return []
-        found = (self._load(p) for p in sorted(self.dir.glob("*.json")))
-        return [e for e in found if e is not None]
-
-    def _load(self, path: Path) -> Recreation | None:
-        try:
-            return Recreation(**json.loads(path.read_text()))
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, TypeError) as exc:
-            log.error("journal %s unreadable, ignored: %s", path, exc)
-            return None
-
-    def _sync_dir(self) -> None:
-        fd = os.open(self.dir, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-# -- work queue -------------------------------------------------------------------------
-
-
-class WorkQueue:
-    """Keys to process, each by at most one worker at a time, now or after a delay.
-
-    A key added while it is being processed is processed once more afterwards; a key
-    already waiting is not queued twice. Delayed keys sit in a heap the workers wait on.
-    """
-
-    def __init__(self) -> None:
-        self._cv = threading.Condition()
-        self._ready: deque[str] = deque()
-        self._queued: set[str] = set()
-        self._busy: set[str] = set()
-        self._dirty: set[str] = set()
-        self._timers: list[tuple[float, int, str]] = []
-        self._seq = itertools.count()
-        self._closed = False
-
-    def add(self, key: str, delay: float = 0.0) -> None:
-        with self._cv:
-            if delay > 0:
-                heapq.heappush(self._timers, (time.monotonic() + delay, next(self._seq), key))
-                self._cv.notify_all()
-            else:
-                self._add_now(key)
-
-    def get(self) -> str | None:
-        """The next key to process (marked busy), or None once closed."""
-        with self._cv:
-            while not self._closed:
-                self._promote_due()
-                if self._ready:
-                    key = self._ready.popleft()
-                    self._queued.discard(key)
-                    self._busy.add(key)
-                    return key
-                timeout = self._timers[0][0] - time.monotonic() if self._timers else None
-                self._cv.wait(timeout)
-            return None
-
-    def done(self, key: str) -> None:
-        with self._cv:
-            self._busy.discard(key)
-            if key in self._dirty:
-                self._dirty.discard(key)
-                self._add_now(key)
-
-    def close(self) -> None:
-        with self._cv:
-            self._closed = True
-            self._cv.notify_all()
-
-    def _add_now(self, key: str) -> None:
-        if key in self._busy:
-            self._dirty.add(key)
-        elif key not in self._queued:
-            self._queued.add(key)
-            self._ready.append(key)
-            self._cv.notify()
-
-    def _promote_due(self) -> None:
-        now = time.monotonic()
-        while self._timers and self._timers[0][0] <= now:
-            self._add_now(heapq.heappop(self._timers)[2])
-
-
-# -- the controller ---------------------------------------------------------------------
 
 
 class Stopped(Exception):

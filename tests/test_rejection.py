@@ -32,7 +32,6 @@ from nodeagent.rejection import (
     PodGone,
     RejectionController,
     Stopped,
-    WorkQueue,
     find_condition,
     patch_conditions,
     pod_condition,
@@ -42,6 +41,7 @@ from nodeagent.rejection import (
 )
 from nodeagent.report import EventRecorder
 from nodeagent.watch import Reflector
+from nodeagent.workqueue import WorkQueue
 from tests import kubeutil as ku
 
 BACKOFF = 1.0
