@@ -11,9 +11,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import shutil
 import signal
+import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -94,11 +97,14 @@ class Machine:
         dropins = self.path("usr/lib/systemd/logind.conf.d")
         dropins.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(LOGIND_DROPIN, dropins / "99-zz-nodeagent.conf")
+        self.write_kubeconfig(kubeconfig.read_text())
+        self.write_config(config)
+
+    def write_kubeconfig(self, text: str) -> None:
         etc = self.path("etc/nodeagent")
         etc.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(kubeconfig, etc / "kubeconfig")
+        (etc / "kubeconfig").write_text(text)
         (etc / "kubeconfig").chmod(0o600)
-        self.write_config(config)
 
     def write_config(self, config: str) -> None:
         self.path("etc/nodeagent/config.toml").write_text(config)
@@ -226,6 +232,19 @@ class Machine:
         )
         return out.stdout
 
+    def inhibitors(self) -> list[list[str]]:
+        """logind's inhibitor locks, one row each: who, uid, user, pid, comm, what, why, mode."""
+        out = self.run("systemd-inhibit", "--list", "--no-legend", "--no-pager")
+        if out.returncode != 0:
+            raise RuntimeError(f"systemd-inhibit --list failed: {out.stderr.strip()}")
+        # WHY may hold spaces; every other column is one word.
+        rows = []
+        for line in out.stdout.splitlines():
+            words = line.split()
+            if len(words) >= 8:
+                rows.append([*words[:6], " ".join(words[6:-1]), words[-1]])
+        return rows
+
     def kubelet_stops(self) -> list[float]:
         """Wall-clock times at which the stand-in kubelet was stopped, one per shutdown."""
         path = self.path(KUBELET_STOPPED)
@@ -237,3 +256,76 @@ class Machine:
 def realtime(entry: dict[str, str]) -> float:
     """A journal entry's wall-clock time in seconds."""
     return int(entry["__REALTIME_TIMESTAMP"]) / 1e6
+
+
+class ApiRelay:
+    """A TCP relay on the host's loopback in front of the API server, which can go silent.
+
+    The container shares the host's network, so an agent whose kubeconfig names the relay's
+    port talks to the API server through it. TLS passes through untouched: the agent still
+    verifies the real server's certificate.
+
+    :meth:`blackhole` makes it behave like a server that stopped answering on a path that
+    still accepts packets: the listening socket stays open, so the kernel completes new TCP
+    handshakes, but nothing is ever accepted, read or answered (a TLS handshake never
+    completes); connections already open stay established, and what the agent sends on them
+    is never read and never answered. Nothing is refused or reset.
+    """
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.accepted = 0
+        self._silent = threading.Event()
+        self._lock = threading.Lock()
+        self._socks: list[socket.socket] = []
+        self._listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self._listener.settimeout(0.1)
+        self.port = int(self._listener.getsockname()[1])
+        threading.Thread(target=self._accept, name="relay-accept", daemon=True).start()
+
+    def blackhole(self) -> None:
+        self._silent.set()
+
+    def close(self) -> None:
+        self._silent.set()
+        with self._lock:
+            socks, self._socks = [*self._socks, self._listener], []
+        for sock in socks:
+            sock.close()
+
+    def _accept(self) -> None:
+        while not self._silent.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            client.settimeout(None)
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._socks += [client, upstream]
+                self.accepted += 1
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                readable, _, _ = select.select([src], [], [], 0.1)
+                if self._silent.is_set():
+                    return  # leave the bytes unread and the connection open
+                if not readable:
+                    continue
+                data = src.recv(65536)
+                if not data:
+                    dst.shutdown(socket.SHUT_WR)
+                    return
+                dst.sendall(data)
+        except (OSError, ValueError):  # closed by close() or by the other side
+            return

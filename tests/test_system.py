@@ -3,8 +3,8 @@
 Each test boots a fresh copy of the cached Debian root (``hack/nspawn-root``) with the agent
 installed as on a node, a stand-in kubelet it is ordered after, and the logind drop-in; the
 container's name is also the simulated Node's name. Shutdowns are real: ``poweroff``,
-``reboot``, ``systemctl stop`` and a logind bypass, each checked from the API (cordon, pods,
-annotations, Events) and from the container's journal.
+``reboot``, ``systemctl stop``, a logind bypass and a shutdown logind itself cancels, each
+checked from the API (cordon, pods, annotations, Events) and from the container's journal.
 
 Runs as root with systemd-nspawn and debootstrap installed (``hack/setup`` provides both).
 """
@@ -16,13 +16,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
-from nodeagent.cordon import CORDONED_BY, DRAIN_REASON, DRAIN_RESULT
+from nodeagent.cordon import CORDONED_BY, DRAIN_REASON, DRAIN_RESULT, MARKER_KEYS
+from nodeagent.daemon import LAST_BOOT_ID
 from nodeagent.kube import Kube, node_path
 from tests import kubeutil as ku
-from tests.nspawn import EXIT_REBOOT, Machine, nspawn_root, realtime
+from tests.nspawn import EXIT_REBOOT, ApiRelay, Machine, nspawn_root, realtime
 
 DEADLINE = 20.0
 # Shutdown beyond the drain: reporting, closing the lock, stopping the other units.
@@ -127,6 +129,15 @@ def assert_drained(node: Node, *reasons: str) -> None:
     assert len(left) == 1 and left[0].startswith("logs-"), left
 
 
+def uncordoned_event(node: Node) -> None:
+    # The agent posts its Events in the background, after the write they report.
+    ku.wait_until(
+        lambda: any(e["reason"] == "Uncordoned" for e in ku.node_events(node.kube, node.name)),
+        10,
+        "the Uncordoned Event",
+    )
+
+
 def test_poweroff_drains_before_the_kubelet_stops(node: Node) -> None:
     node.workloads()
     node.boot()
@@ -163,7 +174,7 @@ def test_reboot_drains_and_uncordons_after_the_next_boot(node: Node) -> None:
         30,
         "the agent to uncordon the node after the reboot",
     )
-    assert any(e["reason"] == "Uncordoned" for e in ku.node_events(node.kube, node.name))
+    uncordoned_event(node)
 
 
 def test_stop_drains_and_start_uncordons(node: Node) -> None:
@@ -287,3 +298,140 @@ def test_poweroff_target_bypassing_logind_drains_on_sigterm(node: Node) -> None:
     (stopped,) = node.machine.kubelet_stops()
     drained = realtime(node.journal_line("drain for poweroff: drained"))
     assert start < drained < stopped
+
+
+def agent_locks(node: Node) -> list[list[str]]:
+    """The agent's own delay inhibitor locks on shutdown, as logind lists them."""
+    return [
+        row
+        for row in node.machine.inhibitors()
+        if row[0] == "nodeagent" and row[5] == "shutdown" and row[7] == "delay"
+    ]
+
+
+def test_cancelled_shutdown_uncordons_and_retakes_the_lock(node: Node) -> None:
+    """logind announces a poweroff, then cannot start poweroff.target: PrepareForShutdown(false).
+
+    systemd 252's logind (src/login/logind-dbus.c) sends PrepareForShutdown(true) once it has
+    checked that the target is loaded, waits for every delay lock, then starts the target; when
+    that StartUnit call fails it sends PrepareForShutdown(false) and forgets the shutdown. A
+    second delay lock, held here by a transient unit, keeps logind waiting after the agent has
+    drained and released its own; the target is masked in that window and the lock let go.
+    """
+    machine = node.machine
+    node.workloads()
+    node.boot()
+    node.agent_ready()
+    hold = machine.run(
+        "systemd-run",
+        "--unit=hold-shutdown",
+        "--quiet",
+        "systemd-inhibit",
+        "--what=shutdown",
+        "--mode=delay",
+        "--who=hold-shutdown",
+        "--why=keeps logind in its delay window",
+        "sleep",
+        "infinity",
+    )
+    assert hold.returncode == 0, hold.stderr
+    ku.wait_until(
+        lambda: any(row[0] == "hold-shutdown" for row in machine.inhibitors()),
+        10,
+        "the second delay lock",
+    )
+
+    assert machine.run("poweroff").returncode == 0
+    ku.wait_until(
+        lambda: not agent_locks(node), DEADLINE + MARGIN, "the agent to drain and release its lock"
+    )
+    assert_drained(node, "poweroff")
+    assert machine.kubelet_stops() == []
+
+    mask = machine.run("systemctl", "mask", "poweroff.target")
+    assert mask.returncode == 0, mask.stderr
+    start = time.monotonic()
+    release = machine.run("systemctl", "stop", "hold-shutdown")
+    assert release.returncode == 0, release.stderr
+    ku.wait_until(
+        lambda: not node.unschedulable() and not set(MARKER_KEYS) & set(node.annotations()),
+        30,
+        "the agent to undo its fence after the cancelled shutdown",
+    )
+    took = time.monotonic() - start
+    print(f"cancel to uncordon: {took:.2f}s")
+
+    # The cancel was logind's own: its delayed poweroff failed and it said so on the bus.
+    assert any(
+        "Error during inhibitor-delayed operation" in m and "masked" in m
+        for m in machine.messages("systemd-logind.service")
+    ), machine.messages("systemd-logind.service")
+    node.journal_line("PrepareForShutdown(False")
+    uncordoned_event(node)
+    assert machine.run("systemctl", "is-active", "nodeagent").stdout.strip() == "active"
+    ku.wait_until(lambda: agent_locks(node), 10, "the agent to take a new delay lock")
+    assert len(agent_locks(node)) == 1, machine.inhibitors()
+    assert machine.proc is not None and machine.proc.poll() is None
+
+    # The next shutdown is heard and drained like the first. New pods land on this node
+    # only: the replacements from the first drain stay on the spare, closed again for now.
+    node.kube.merge_patch(node_path(node.spare), {"spec": {"unschedulable": True}})
+    ku.deployment(node.kube, node.ns, "api", node.group, 2)
+    ku.wait_running(node.kube, node.name, 3)
+    node.open_spare()
+    unmask = machine.run("systemctl", "unmask", "poweroff.target")
+    assert unmask.returncode == 0, unmask.stderr
+    assert machine.run("poweroff").returncode == 0
+    assert machine.wait_exit(DEADLINE + MARGIN) == 0
+    assert_drained(node, "poweroff")
+    assert len(machine.kubelet_stops()) == 1
+
+
+def test_blackholed_api_server_does_not_hold_up_shutdown(node: Node, cluster: Any) -> None:
+    """The API server goes silent (no refusal, no reset) just before a poweroff.
+
+    The drain's first request goes out on a pooled keep-alive connection and waits out the
+    client's read timeout; requests on new connections wait out the connect timeout, as their
+    TLS handshake never completes. Either way the agent must give up inside its deadline.
+    """
+    relay = ApiRelay(int(urlsplit(cluster.server).port or 0))
+    try:
+        kubeconfig = Path(cluster.kubeconfig).read_text()
+        assert kubeconfig.count(cluster.server) == 1
+        node.machine.write_kubeconfig(
+            kubeconfig.replace(cluster.server, f"https://127.0.0.1:{relay.port}")
+        )
+        node.workloads()
+        node.boot()
+        node.agent_ready()
+        # The agent has talked to the API server through the relay (it records the boot ID
+        # at start), so it holds pooled connections that now go silent too.
+        ku.wait_until(
+            lambda: relay.accepted and LAST_BOOT_ID in node.annotations(),
+            30,
+            "the agent to reach the API server through the relay",
+        )
+        relay.blackhole()
+
+        wall = time.time()
+        start = time.monotonic()
+        assert node.machine.run("poweroff").returncode == 0
+        assert node.machine.wait_exit(DEADLINE + MARGIN) == 0
+        took = time.monotonic() - start
+    finally:
+        relay.close()
+
+    print(f"poweroff to container down with the API server blackholed: {took:.1f}s")
+    failed = node.journal_line("drain for poweroff failed")
+    # One line, and it says the server went silent (not that it refused).
+    assert "\n" not in failed["MESSAGE"], failed["MESSAGE"]
+    assert "timed out" in failed["MESSAGE"].lower(), failed["MESSAGE"]
+    gave_up = realtime(failed) - wall
+    print(f"poweroff to the agent giving up: {gave_up:.1f}s")
+    assert gave_up < DEADLINE, failed["MESSAGE"]
+    (stopped,) = node.machine.kubelet_stops()
+    assert realtime(failed) < stopped
+    assert took < DEADLINE + MARGIN
+    # The API server never heard of the shutdown.
+    assert not node.unschedulable()
+    assert len(node.left()) == 4
