@@ -36,6 +36,9 @@ SHUTDOWN_REASONS = ("poweroff", "reboot", "halt", "kexec", "soft-reboot", "stop"
 LAST_BOOT_ID = fence.PREFIX + "last-boot-id"
 LOGIND_MARGIN = 5.0  # seconds kept back from logind's delay for closing the lock
 WATCHDOG_INTERVAL = 5.0
+# After its deadline a shutdown drain gets this long to delete what is left and record
+# the result: inside LOGIND_MARGIN, and inside TimeoutStopSec (150 s) after 120 s.
+FINISH_GRACE = 4.0
 # Own-Node and own-pods watches end and resume this often; it bounds how long a
 # blackholed connection goes unnoticed (reads time out 10 s after the window).
 NODE_WATCH_SECONDS = 60
@@ -113,8 +116,14 @@ class Agent:
         self._ready_condition = conditions.agent_ready()
         self._shutdown_lock = threading.Lock()
         self._handled_shutdown = False
+        # Each PrepareForShutdown(true) or (false) starts a new generation; the lock is
+        # released, and the fence undone, only for the generation still current.
+        self._inhibit_guard = threading.Lock()
+        self._shutdown_gen = 0
+        self._drain_mutex = threading.Lock()
         self._drain: Drain | None = None
         self._inhibitor: Any = None
+        self._inhibit_delay: float | None = None  # logind's InhibitDelayMaxUSec, seconds
         self._sigterm = threading.Event()
         self._unclean = False
 
@@ -326,13 +335,28 @@ class Agent:
         inhibitor = LogindInhibitor(self._on_prepare_for_shutdown)
         inhibitor.start()
         self._inhibitor = inhibitor
-        self._check_inhibit_delay(inhibitor.inhibit_delay_max_seconds())
         try:
+            self._read_inhibit_delay(inhibitor)
             while not stop.wait(1.0):
                 # The lock is held by an fd, not by this thread: a tick is all there is.
                 self._loop("logind").succeeded()
         finally:
             inhibitor.close()
+
+    def _read_inhibit_delay(self, inhibitor: Any) -> None:
+        """Read logind's delay ceiling once, at start: the shutdown path asks nobody."""
+        from nodeagent.shutdown import LogindUnavailableError
+
+        try:
+            delay = inhibitor.inhibit_delay_max_seconds()
+        except LogindUnavailableError as exc:
+            # The lock still works; only the budget is unknown. logind proceeds at its
+            # ceiling whatever the agent does, so drain to the configured deadline.
+            log.warning("%s; drains at shutdown use the configured deadline", exc)
+            self._inhibit_delay = None
+            return
+        self._inhibit_delay = delay
+        self._check_inhibit_delay(delay)
 
     def _check_inhibit_delay(self, delay: float) -> None:
         metrics.INHIBIT_DELAY.set(delay)
@@ -360,35 +384,45 @@ class Agent:
             threading.Thread(target=self._shutdown_cancelled, daemon=True).start()
             return
         budget = self.cfg.drain.deadline
-        if self._inhibitor is not None:
-            budget = min(budget, self._inhibitor.inhibit_delay_max_seconds() - LOGIND_MARGIN)
+        if self._inhibit_delay is not None:
+            budget = min(budget, self._inhibit_delay - LOGIND_MARGIN)
+        with self._inhibit_guard:
+            self._shutdown_gen += 1
+            token = self._shutdown_gen
         threading.Thread(
-            target=self._logind_shutdown, args=(reason, max(budget, 1.0)), daemon=True
+            target=self._logind_shutdown, args=(reason, max(budget, 1.0), token), daemon=True
         ).start()
 
-    def _logind_shutdown(self, reason: str, budget: float) -> None:
+    def _logind_shutdown(self, reason: str, budget: float, token: int) -> None:
         try:
-            self._handle_shutdown(reason, budget, source="logind")
+            self._handle_shutdown(reason, budget, source="logind", token=token)
         finally:
-            if self._inhibitor is not None:
-                self._inhibitor.release()  # logind goes on with the shutdown
+            with self._inhibit_guard:
+                # A shutdown cancelled meanwhile keeps the lock: it guards the next one.
+                if token == self._shutdown_gen and self._inhibitor is not None:
+                    self._inhibitor.release()  # logind goes on with the shutdown
 
     def _shutdown_cancelled(self) -> None:
         log.info("shutdown cancelled; undoing the fence")
+        with self._inhibit_guard:
+            self._shutdown_gen += 1
+            token = self._shutdown_gen
+            if self._inhibitor is not None and not self._inhibitor.held:
+                self._inhibitor.retake()
         if self._drain:
             self._drain.cancel()
         with self._shutdown_lock:
             self._handled_shutdown = False
-        if self._inhibitor is not None and not self._inhibitor.held:
-            self._inhibitor.retake()
-        try:
-            if fence.uncordon(self.kube, self.node_name, only_reasons=SHUTDOWN_REASONS):
-                self.events.node(
-                    fence.get_node(self.kube, self.node_name), "Uncordoned", "Shutdown cancelled"
-                )
-            self.report.set(conditions.not_draining("Shutdown cancelled"))
-        except KubeError as exc:
-            log.warning("could not undo the cordon: %s", exc)
+        with self._drain_mutex:  # the cancelled drain has stopped
+            if token != self._shutdown_gen:
+                return  # a new shutdown came meanwhile and owns the node now
+            try:
+                if fence.uncordon(self.kube, self.node_name, only_reasons=SHUTDOWN_REASONS):
+                    node = fence.get_node(self.kube, self.node_name)
+                    self.events.node(node, "Uncordoned", "Shutdown cancelled")
+                self.report.set(conditions.not_draining("Shutdown cancelled"))
+            except KubeError as exc:
+                log.warning("could not undo the cordon: %s", exc)
         self.evacuator.resume()  # an evacuate taint, if any, applies again
 
     def _on_stop(self) -> None:
@@ -404,7 +438,9 @@ class Agent:
         log.info("stopping: reason %s (evidence: %s)", reason, ", ".join(evidence.jobs) or "none")
         self._handle_shutdown(reason, self.cfg.drain.deadline, source="SIGTERM")
 
-    def _handle_shutdown(self, reason: str, budget: float, source: str) -> DrainResult | None:
+    def _handle_shutdown(
+        self, reason: str, budget: float, source: str, token: int | None = None
+    ) -> DrainResult | None:
         with self._shutdown_lock:
             if self._handled_shutdown:
                 return None
@@ -416,7 +452,11 @@ class Agent:
         self.evacuator.pause()  # the shutdown owns the node from here
         self.notify.send(f"EXTEND_TIMEOUT_USEC={int((budget + 10) * 1e6)}")
         try:
-            return self._drain_for(reason, policy, budget)
+            # One drain at a time: after a cancel, the cancelled drain stops first.
+            with self._drain_mutex:
+                if token is not None and token != self._shutdown_gen:
+                    return None  # cancelled before it started
+                return self._drain_for(reason, policy, budget)
         except KubeError as exc:
             log.error("shutdown drain failed: %s", exc)
             self.notify.status(f"drain for {reason} failed: {exc}")
@@ -433,6 +473,7 @@ class Agent:
             force_after_deadline=self.cfg.shutdown.force_after_deadline,
             force_grace_seconds=1,
             concurrency=self.cfg.drain.concurrency,
+            finish_grace=FINISH_GRACE,
         )
 
         def progress(msg: str) -> None:

@@ -57,6 +57,9 @@ class DrainOptions:
     critical_reserve: float = 0.2  # share of the deadline kept for system-critical pods
     dry_run: bool = False
     concurrency: int = 32
+    # After the deadline: time for deleting what is left (when forced) and recording the
+    # result. No request of the drain outlives deadline + finish_grace.
+    finish_grace: float = 10.0
 
 
 @dataclass
@@ -156,6 +159,8 @@ class Drain:
     def run(self) -> DrainResult:
         self._start = time.monotonic()
         self._deadline = self._start + self.opts.deadline
+        self.kube = self.kube.bounded(self._deadline + self.opts.finish_grace)
+        self._pods.kube = self.kube
         node = fence.get_node(self.kube, self.node_name)
         try:
             return self._run(node)

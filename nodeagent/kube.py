@@ -7,9 +7,11 @@ dicts: building model objects for a hundred pods costs more than the drain itsel
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,10 @@ class KubeConfigError(KubeError):
 
 class Unreachable(KubeError):
     """The API server did not answer (refused, timed out, DNS)."""
+
+
+class OutOfTime(Unreachable):
+    """The caller's deadline passed before (or while) the request could be made."""
 
 
 @dataclass
@@ -74,7 +80,10 @@ def _unreachable(host: str, exc: BaseException) -> Unreachable:
     text = str(getattr(exc, "reason", None) or exc)
     # urllib3 nests the OS error deep in its message: keep only that part.
     m = re.search(r"\[Errno -?\d+\] ([^'\"\)]+)", text)
-    detail = m.group(1) if m else text.rsplit(": ", 1)[-1].strip(" \"')") or type(exc).__name__
+    detail = m.group(1) if m else text.rsplit(": ", 1)[-1].strip(" \"'")
+    if detail.count(")") > detail.count("("):
+        detail = detail.rstrip(")")
+    detail = detail or type(exc).__name__
     return Unreachable(f"API server {host} unreachable: {detail}")
 
 
@@ -126,6 +135,14 @@ class Kube:
         )
         self._api = client.ApiClient(configuration)
         self.host: str = configuration.host
+        self.deadline: float | None = None  # time.monotonic() bound on every request
+
+    def bounded(self, deadline: float) -> Kube:
+        """The same client (and connection pool) with every request cut to end by
+        `deadline` (monotonic): no connect, TLS handshake or read outlives it."""
+        clone = copy.copy(self)
+        clone.deadline = deadline
+        return clone
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str | None = None) -> Kube:
@@ -159,6 +176,11 @@ class Kube:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0.05:
+                raise OutOfTime(f"no time left for {method} {path}")
+            timeout = (min(timeout[0], left), min(timeout[1], left))
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type

@@ -71,6 +71,7 @@ class AgentProcess:
         kubeconfig: str | Path,
         node: str,
         config: dict[str, dict[str, Any]] | None = None,
+        env: dict[str, str] | None = None,
     ) -> AgentProcess:
         port = free_port()
         cfg = merged(BASE_CONFIG, {"reporting": {"metrics_address": f"127.0.0.1:{port}"}})
@@ -79,7 +80,7 @@ class AgentProcess:
         path = workdir / f"{node}.toml"
         path.write_text(toml(cfg))
         log = workdir / f"{node}.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("NODEAGENT_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NODEAGENT_")} | (env or {})
         with log.open("ab") as fh:
             proc = subprocess.Popen(
                 [

@@ -600,3 +600,51 @@ def test_shutdown_kind_values_are_the_wire_strings() -> None:
     assert str(ShutdownKind.SOFT_REBOOT) == "soft-reboot"
     assert isinstance(ShutdownKind.SOFT_REBOOT, str)
     assert ShutdownKind("poweroff") is ShutdownKind.POWEROFF
+
+
+# -- the daemon against the mock logind and the real control plane ---------------------
+
+
+def test_a_shutdown_cancelled_mid_drain_keeps_a_lock_and_undoes_the_fence(
+    logind: Bus, cluster: Any, kube: Any, admin_kubeconfig: str, tmp_path: Path
+) -> None:
+    """PrepareForShutdown(false) while the drain still runs (a PDB holds it): the fence
+    goes, the agent keeps a delay lock for the next shutdown, and that one drains again."""
+    from nodeagent.cordon import CORDONED_BY
+    from tests import kubeutil as ku
+    from tests.agentproc import AgentProcess
+
+    group, node, _spare = ku.node_pair(cluster, kube, "lc")
+    ku.deployment(kube, group, "quorum", group, 2)
+    ku.pdb(kube, group, "quorum", {"app": "quorum"}, minAvailable=2)  # never allows
+    ku.wait_running(kube, node, 2)
+    ku.wait_pdb_ready(kube, group, "quorum")
+    delay = (LOGIND_IFACE, "InhibitDelayMaxUSec", ("t", 120_000_000))
+    mock_call(logind, LOGIND_PATH, "AddProperty", "ssv", delay)
+    config = {"shutdown": {"use_logind": True}, "drain": {"deadline": "30s"}}
+    env = {"DBUS_SYSTEM_BUS_ADDRESS": logind.address}
+    agent = AgentProcess.start(tmp_path, admin_kubeconfig, node, config, env)
+    try:
+        wait_for(lambda: len(our_inhibitors(logind)) == 1, 15)
+
+        def cordoned() -> bool:
+            return bool(ku.node(kube, node)["spec"].get("unschedulable"))
+
+        emit_prepare(logind, True, "poweroff")
+        ku.wait_until(lambda: "eviction blocked" in agent.output(), 15, "the drain under way")
+        assert cordoned()
+        emit_prepare(logind, False, "poweroff")
+        ku.wait_until(lambda: not cordoned(), 15, "the fence undone")
+        assert CORDONED_BY not in (ku.node(kube, node)["metadata"].get("annotations") or {})
+        ku.wait_until(lambda: "Uncordoned" in [e["reason"] for e in ku.node_events(kube, node)])
+        # The cancelled drain has ended (it stops promptly); the lock is still there.
+        ku.wait_until(lambda: "cancelled in" in agent.output(), 15, "the old drain ended")
+        time.sleep(0.5)
+        assert len(our_inhibitors(logind)) == 1, agent.output()
+        assert len(ku.running(ku.pods_on(kube, node))) == 2
+
+        emit_prepare(logind, True, "reboot")
+        ku.wait_until(cordoned, 15, "the next shutdown drains again")
+        assert ku.node(kube, node)["metadata"]["annotations"][CORDONED_BY] == "nodeagent"
+    finally:
+        agent.kill()

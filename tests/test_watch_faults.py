@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -239,3 +240,41 @@ def test_an_agent_identity_may_change_only_its_own_node(faulty: Faulty) -> None:
     with pytest.raises(ApiError) as pod_delete:
         agent.delete(pods_path(ns, pod["metadata"]["name"]))
     assert pod_delete.value.status == 403
+
+
+def test_a_drain_keeps_its_deadline_when_the_api_server_blackholes(faulty: Faulty) -> None:
+    """No request of a drain outlives deadline + finish_grace, however the server hangs."""
+    from nodeagent.drain import Drain, DrainOptions
+
+    group = ku.unique("bh")
+    node = f"{group}-a"
+    faulty.cluster.add_node(node, {ku.GROUP_LABEL: group})
+    ku.namespace(faulty.kube, group)
+    ku.deployment(faulty.kube, group, "quorum", group, 3)
+    ku.pdb(faulty.kube, group, "quorum", {"app": "quorum"}, minAvailable=3)  # never allows
+    ku.wait_running(faulty.kube, node, 3)
+    ku.wait_pdb_ready(faulty.kube, group, "quorum")
+    agent = Kube.from_kubeconfig(str(faulty.agent_kubeconfig(node, via_proxy=True)))
+    blocked = threading.Event()
+
+    def progress(message: str) -> None:
+        if "eviction blocked" in message:
+            blocked.set()
+
+    options = DrainOptions(deadline=4, force_after_deadline=True, finish_grace=3)
+    drain = Drain(agent, node, options, progress=progress)
+    result: list[Any] = []
+    began = time.monotonic()
+    worker = threading.Thread(target=lambda: result.append(drain.run()))
+    worker.start()
+    try:
+        assert blocked.wait(10), "the PDB never refused an eviction"
+        faulty.proxy.cut("blackhole")  # open connections hang, new ones never finish TLS
+        worker.join(15)
+        took = time.monotonic() - began
+    finally:
+        faulty.proxy.restore()
+    assert not worker.is_alive()
+    print(f"\ndrain with a 4 s deadline + 3 s grace, server blackholed: {took:.1f}s")
+    assert took < 4 + 3 + 1.5
+    assert result[0].outcome == "timed-out"
