@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from nodeagent.kube import JSON, Kube, KubeError, node_path
+from nodeagent.kube import JSON, Kube, node_path
 
 log = logging.getLogger(__name__)
 
+RETRY_SECONDS = 5.0
 READY = "NodeAgentReady"
 DRAINED = "NodeAgentDrained"
 
@@ -116,7 +118,6 @@ class ConditionWriter:
         self.node_name = node_name
         self.node: JSON = {"metadata": {"name": node_name}}
         self._pending: dict[str, Condition] = {}
-        self._wanted: dict[str, Condition] = {}
         self._cond = threading.Condition()
         self._idle = threading.Event()
         self._idle.set()
@@ -130,20 +131,13 @@ class ConditionWriter:
         with self._cond:
             for c in conditions:
                 self._pending[c.type] = c
-                self._wanted[c.type] = c
             self._idle.clear()
             self._cond.notify()
         self._ensure_thread()
 
-    def wanted(self, cond_type: str) -> Condition | None:
-        with self._cond:
-            return self._wanted.get(cond_type)
-
     def write_now(self, *conditions: Condition) -> None:
         """Write synchronously (the heartbeat: its success is the loop's progress)."""
         with self._cond:
-            for c in conditions:
-                self._wanted[c.type] = c
             node = self.node
         if "status" not in node:  # not observed yet: keep transition times across restarts
             node = self.kube.get(node_path(self.node_name))
@@ -168,5 +162,9 @@ class ConditionWriter:
                 node = self.node
             try:
                 self.observe(patch_node_conditions(self.kube, node, batch))
-            except KubeError as exc:
-                log.warning("could not write node conditions: %s", exc)
+            except Exception as exc:  # the writer thread must outlive any failure
+                log.warning("could not write node conditions: %s; retrying", exc)
+                with self._cond:
+                    for c in batch:  # a newer condition of the same type wins
+                        self._pending.setdefault(c.type, c)
+                time.sleep(RETRY_SECONDS)

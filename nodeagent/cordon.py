@@ -20,6 +20,10 @@ BOOT_ID = PREFIX + "boot-id"
 DRAIN_RESULT = PREFIX + "drain-result"
 MARKER_KEYS = (CORDONED_BY, DRAIN_REASON, DRAIN_STARTED_AT, BOOT_ID, DRAIN_RESULT)
 AGENT = "nodeagent"
+# Reasons a cordon is taken for the node going down (or the agent being stopped).
+SHUTDOWN_REASONS = ("poweroff", "reboot", "halt", "kexec", "soft-reboot", "stop")
+# Of those, the ones that mean "the node is going down right now" while in the same boot.
+GOING_DOWN = tuple(r for r in SHUTDOWN_REASONS if r != "stop")
 
 
 class NodeNotFound(KubeError):
@@ -79,15 +83,18 @@ def boot_id(node: JSON) -> str:
     return str(((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or "")
 
 
-def cordon(kube: Kube, node: JSON, reason: str) -> bool:
+def cordon(kube: Kube, node: JSON, reason: str, keep: tuple[str, ...] = ()) -> bool:
     """Cordon `node` for `reason`, writing the marker in the same patch.
 
     Returns False (and writes nothing) when someone else already cordoned it: the
-    drain still proceeds, but the cordon is theirs to undo. The patch carries the
-    observed resourceVersion, so a concurrent cordon by a person is not overwritten.
+    drain still proceeds, but the cordon is theirs to undo. Likewise for the agent's
+    own cordon when its reason is in `keep` and it was written in this boot. The patch
+    carries the observed resourceVersion, so a concurrent cordon is not overwritten.
     """
     fence = NodeFence.of(node)
     if fence.cordoned_by_other:
+        return False
+    if fence.cordoned_by_agent and fence.reason in keep and fence.boot_id == boot_id(node):
         return False
     patch = {
         "metadata": {
@@ -108,7 +115,7 @@ def cordon(kube: Kube, node: JSON, reason: str) -> bool:
         if exc.status != 409:
             raise
         # The node changed since it was read: decide again from what it says now.
-        return cordon(kube, get_node(kube, node["metadata"]["name"]), reason)
+        return cordon(kube, get_node(kube, node["metadata"]["name"]), reason, keep)
     return True
 
 
@@ -118,18 +125,24 @@ def record_result(kube: Kube, name: str, result: str) -> None:
 
 
 def uncordon(
-    kube: Kube, name: str, force: bool = False, only_reasons: tuple[str, ...] = ()
+    kube: Kube,
+    name: str,
+    force: bool = False,
+    only_reasons: tuple[str, ...] = (),
+    started_at: str = "",
 ) -> bool:
     """Undo the agent's cordon and clear its marker. Returns True if it uncordoned.
 
     Raises CordonedByOther for a cordon without the marker unless `force`. With
-    `only_reasons`, only a marker with one of those drain reasons is undone: the
-    check and the write are one guarded patch, so a cordon taken for another reason
-    in between is left alone.
+    `only_reasons`, only a marker with one of those drain reasons is undone; with
+    `started_at`, only the marker of that drain. The check and the write are one
+    guarded patch, so a cordon taken in between is left alone.
     """
     node = get_node(kube, name)
     fence = NodeFence.of(node)
     if only_reasons and not (fence.marked and fence.reason in only_reasons):
+        return False
+    if started_at and fence.started_at != started_at:
         return False
     if fence.cordoned_by_other and not force:
         raise CordonedByOther(
@@ -151,5 +164,5 @@ def uncordon(
     except ApiError as exc:
         if exc.status != 409:
             raise
-        return uncordon(kube, name, force, only_reasons)  # changed meanwhile: decide again
+        return uncordon(kube, name, force, only_reasons, started_at)  # changed: decide again
     return fence.unschedulable

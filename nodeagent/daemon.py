@@ -1,9 +1,9 @@
-"""`nodeagent run`: the long-running loops, sd_notify, signals and the shutdown path.
+"""`nodeagent run`: the long-running loops, sd_notify, signals, the watchdog.
 
-Shutdown is heard first from systemd-logind (a delay inhibitor lock and
-PrepareForShutdown), before any unit stops; SIGTERM is the fallback for shutdowns that
-bypass logind and the maintenance path (`systemctl stop nodeagent`). Either way the
-drain is bounded by a deadline that stays inside what systemd or logind will wait.
+The loops: the own-Node watch (feeding the evacuator and the reporter), the
+evacuator, the heartbeat, the logind lock and the own-pods watch (both in their own
+modules), and the one-shot reconcile after boot. The shutdown itself is
+`nodeagent.departure`.
 
 Every loop restarts itself after errors with backoff, forever, and records its last
 success; the systemd watchdog is fed only while all loops are alive.
@@ -19,26 +19,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
 
 from nodeagent import conditions, metrics
 from nodeagent import cordon as fence
 from nodeagent.config import Config
-from nodeagent.drain import Drain, DrainOptions, DrainResult
-from nodeagent.evacuate import Evacuator, outcome_condition, requested
+from nodeagent.cordon import SHUTDOWN_REASONS
+from nodeagent.departure import Departure
+from nodeagent.evacuate import Evacuator, requested
 from nodeagent.kube import JSON, READ_TIMEOUT, Kube, KubeError, node_path
 from nodeagent.report import WARNING, EventRecorder
 from nodeagent.watch import Reflector
 
 log = logging.getLogger(__name__)
 
-SHUTDOWN_REASONS = ("poweroff", "reboot", "halt", "kexec", "soft-reboot", "stop")
 LAST_BOOT_ID = fence.PREFIX + "last-boot-id"
-LOGIND_MARGIN = 5.0  # seconds kept back from logind's delay for closing the lock
 WATCHDOG_INTERVAL = 5.0
-# After its deadline a shutdown drain gets this long to delete what is left and record
-# the result: inside LOGIND_MARGIN, and inside TimeoutStopSec (150 s) after 120 s.
-FINISH_GRACE = 4.0
 # Own-Node and own-pods watches end and resume this often; it bounds how long a
 # blackholed connection goes unnoticed (reads time out 10 s after the window).
 NODE_WATCH_SECONDS = 60
@@ -113,17 +108,15 @@ class Agent:
         self.evacuator = Evacuator(cfg, kube, self.events, self.report, lambda: None)
         self.stop = threading.Event()
         self.loops: list[Loop] = []
-        self._ready_condition = conditions.agent_ready()
-        self._shutdown_lock = threading.Lock()
-        self._handled_shutdown = False
-        # Each PrepareForShutdown(true) or (false) starts a new generation; the lock is
-        # released, and the fence undone, only for the generation still current.
-        self._inhibit_guard = threading.Lock()
-        self._shutdown_gen = 0
-        self._drain_mutex = threading.Lock()
-        self._drain: Drain | None = None
-        self._inhibitor: Any = None
-        self._inhibit_delay: float | None = None  # logind's InhibitDelayMaxUSec, seconds
+        self.departure = Departure(
+            cfg,
+            kube,
+            self.events,
+            self.report,
+            self.evacuator,
+            self.notify.status,
+            self.notify.send,
+        )
         self._sigterm = threading.Event()
         self._unclean = False
 
@@ -141,7 +134,7 @@ class Agent:
             if not self.stalled_loops():
                 self.notify.send("WATCHDOG=1")
         self.notify.send("STOPPING=1")
-        self._on_stop()
+        self.departure.on_stop()
         self.stop.set()
         self.report.flush(2.0)
         self.events.flush()
@@ -224,7 +217,7 @@ class Agent:
         loop = self._loop("heartbeat")
         while True:
             try:
-                self.report.write_now(self._ready_condition)
+                self.report.write_now(self.departure.ready_condition)
                 loop.succeeded()
             except KubeError as exc:
                 loop.beat()
@@ -237,7 +230,7 @@ class Agent:
         node = fence.get_node(self.kube, self.node_name)
         self._check_unclean_shutdown(node)
         state = fence.NodeFence.of(node)
-        if not (state.cordoned_by_agent and state.reason in SHUTDOWN_REASONS):
+        if not (state.marked and state.reason in SHUTDOWN_REASONS):
             self.notify.status("running; node needs no uncordon")
             return
         if requested(node, self.cfg.evacuate):
@@ -247,11 +240,19 @@ class Agent:
         self._wait_node_ready(stop)
         if stop.wait(self.cfg.uncordon.settle):
             return
-        if fence.uncordon(self.kube, self.node_name, only_reasons=SHUTDOWN_REASONS):
-            self.events.node(node, "Uncordoned", f"Uncordoned after {state.reason}")
-            if not self._unclean:
-                self.report.set(conditions.not_draining(f"Uncordoned after {state.reason}"))
-        self.notify.status(f"running; uncordoned after {state.reason}")
+
+        def undo() -> None:
+            # Only the marker seen at start: a shutdown cordon taken since is not ours to undo.
+            reasons, started = SHUTDOWN_REASONS, state.started_at
+            if fence.uncordon(self.kube, self.node_name, only_reasons=reasons, started_at=started):
+                self.events.node(node, "Uncordoned", f"Uncordoned after {state.reason}")
+                if not self._unclean:
+                    self.report.set(conditions.not_draining(f"Uncordoned after {state.reason}"))
+
+        if self.departure.while_not_shutting_down(undo):
+            self.notify.status(f"running; {state.reason} cordon undone")
+        else:
+            self.notify.status("running; a shutdown is under way, the cordon stays")
 
     def _wait_node_ready(self, stop: threading.Event) -> None:
         nodes = Reflector(
@@ -306,6 +307,9 @@ class Agent:
         if nodes:
             self.events.node(nodes[0], "UncordonDelayed", message, WARNING)
 
+    def _hold_logind_lock(self, stop: threading.Event) -> None:
+        self.departure.hold_logind_lock(stop, self._loop("logind").succeeded)
+
     def _check_unclean_shutdown(self, node: JSON) -> None:
         """A new boot without a drain record for the last one is a departure nobody drained."""
         current = fence.boot_id(node)
@@ -328,167 +332,6 @@ class Agent:
             self.kube.merge_patch(
                 node_path(self.node_name), {"metadata": {"annotations": {LAST_BOOT_ID: current}}}
             )
-
-    def _hold_logind_lock(self, stop: threading.Event) -> None:
-        from nodeagent.shutdown import LogindInhibitor
-
-        inhibitor = LogindInhibitor(self._on_prepare_for_shutdown)
-        inhibitor.start()
-        self._inhibitor = inhibitor
-        try:
-            self._read_inhibit_delay(inhibitor)
-            while not stop.wait(1.0):
-                # The lock is held by an fd, not by this thread: a tick is all there is.
-                self._loop("logind").succeeded()
-        finally:
-            inhibitor.close()
-
-    def _read_inhibit_delay(self, inhibitor: Any) -> None:
-        """Read logind's delay ceiling once, at start: the shutdown path asks nobody."""
-        from nodeagent.shutdown import LogindUnavailableError
-
-        try:
-            delay = inhibitor.inhibit_delay_max_seconds()
-        except LogindUnavailableError as exc:
-            # The lock still works; only the budget is unknown. logind proceeds at its
-            # ceiling whatever the agent does, so drain to the configured deadline.
-            log.warning("%s; drains at shutdown use the configured deadline", exc)
-            self._inhibit_delay = None
-            return
-        self._inhibit_delay = delay
-        self._check_inhibit_delay(delay)
-
-    def _check_inhibit_delay(self, delay: float) -> None:
-        metrics.INHIBIT_DELAY.set(delay)
-        short = delay - LOGIND_MARGIN < self.cfg.drain.deadline
-        metrics.INHIBIT_SHORT.set(1 if short else 0)
-        if short:
-            message = (
-                f"logind InhibitDelayMaxSec is {delay:.0f}s, shorter than the drain deadline "
-                f"{self.cfg.drain.deadline:.0f}s + {LOGIND_MARGIN:.0f}s margin: drains at "
-                "shutdown are cut to fit"
-            )
-            log.warning("%s", message)
-            self._ready_condition = conditions.inhibit_delay_too_short(message)
-            self.report.set(self._ready_condition)
-
-    # -- shutdown -------------------------------------------------------------
-
-    def _on_prepare_for_shutdown(self, active: bool, kind: Any) -> None:
-        reason = str(getattr(kind, "value", kind))
-        if reason == "unknown":
-            # logind before v255 sends no type; PrepareForShutdown only ever means the
-            # machine is going down, so treat it as a poweroff rather than doing nothing.
-            reason = "poweroff"
-        if not active:
-            threading.Thread(target=self._shutdown_cancelled, daemon=True).start()
-            return
-        budget = self.cfg.drain.deadline
-        if self._inhibit_delay is not None:
-            budget = min(budget, self._inhibit_delay - LOGIND_MARGIN)
-        with self._inhibit_guard:
-            self._shutdown_gen += 1
-            token = self._shutdown_gen
-        threading.Thread(
-            target=self._logind_shutdown, args=(reason, max(budget, 1.0), token), daemon=True
-        ).start()
-
-    def _logind_shutdown(self, reason: str, budget: float, token: int) -> None:
-        try:
-            self._handle_shutdown(reason, budget, source="logind", token=token)
-        finally:
-            with self._inhibit_guard:
-                # A shutdown cancelled meanwhile keeps the lock: it guards the next one.
-                if token == self._shutdown_gen and self._inhibitor is not None:
-                    self._inhibitor.release()  # logind goes on with the shutdown
-
-    def _shutdown_cancelled(self) -> None:
-        log.info("shutdown cancelled; undoing the fence")
-        with self._inhibit_guard:
-            self._shutdown_gen += 1
-            token = self._shutdown_gen
-            if self._inhibitor is not None and not self._inhibitor.held:
-                self._inhibitor.retake()
-        if self._drain:
-            self._drain.cancel()
-        with self._shutdown_lock:
-            self._handled_shutdown = False
-        with self._drain_mutex:  # the cancelled drain has stopped
-            if token != self._shutdown_gen:
-                return  # a new shutdown came meanwhile and owns the node now
-            try:
-                if fence.uncordon(self.kube, self.node_name, only_reasons=SHUTDOWN_REASONS):
-                    node = fence.get_node(self.kube, self.node_name)
-                    self.events.node(node, "Uncordoned", "Shutdown cancelled")
-                self.report.set(conditions.not_draining("Shutdown cancelled"))
-            except KubeError as exc:
-                log.warning("could not undo the cordon: %s", exc)
-        self.evacuator.resume()  # an evacuate taint, if any, applies again
-
-    def _on_stop(self) -> None:
-        """SIGTERM: work out why systemd is stopping us, then act per policy."""
-        with self._shutdown_lock:
-            if self._handled_shutdown:
-                self.notify.status("stopping; logind shutdown already handled")
-                return
-        from nodeagent.shutdown import why_stopping
-
-        evidence = why_stopping()
-        reason = evidence.kind.value
-        log.info("stopping: reason %s (evidence: %s)", reason, ", ".join(evidence.jobs) or "none")
-        self._handle_shutdown(reason, self.cfg.drain.deadline, source="SIGTERM")
-
-    def _handle_shutdown(
-        self, reason: str, budget: float, source: str, token: int | None = None
-    ) -> DrainResult | None:
-        with self._shutdown_lock:
-            if self._handled_shutdown:
-                return None
-            self._handled_shutdown = True
-        policy = getattr(self.cfg.shutdown, reason.replace("-", "_"), self.cfg.shutdown.unknown)
-        self.notify.status(f"{source}: {reason}, policy {policy}")
-        if policy == "none":
-            return None
-        self.evacuator.pause()  # the shutdown owns the node from here
-        self.notify.send(f"EXTEND_TIMEOUT_USEC={int((budget + 10) * 1e6)}")
-        try:
-            # One drain at a time: after a cancel, the cancelled drain stops first.
-            with self._drain_mutex:
-                if token is not None and token != self._shutdown_gen:
-                    return None  # cancelled before it started
-                return self._drain_for(reason, policy, budget)
-        except KubeError as exc:
-            log.error("shutdown drain failed: %s", exc)
-            self.notify.status(f"drain for {reason} failed: {exc}")
-            return None
-
-    def _drain_for(self, reason: str, policy: str, budget: float) -> DrainResult | None:
-        if policy == "cordon":
-            fence.cordon(self.kube, fence.get_node(self.kube, self.node_name), reason)
-            return None
-        options = DrainOptions(
-            reason=reason,
-            deadline=budget,
-            do_not_disrupt_ceiling=min(self.cfg.drain.do_not_disrupt_ceiling, budget / 2),
-            force_after_deadline=self.cfg.shutdown.force_after_deadline,
-            force_grace_seconds=1,
-            concurrency=self.cfg.drain.concurrency,
-            finish_grace=FINISH_GRACE,
-        )
-
-        def progress(msg: str) -> None:
-            self.notify.send(f"STATUS=draining: {msg}", "EXTEND_TIMEOUT_USEC=30000000")
-            log.info("%s", msg)
-
-        self._drain = Drain(self.kube, self.node_name, options, self.events, progress)
-        self.report.set(conditions.draining(reason))
-        result = self._drain.run()
-        metrics.DRAINS.labels(reason, result.outcome).inc()
-        metrics.DRAIN_SECONDS.observe(result.seconds)
-        self.report.set(outcome_condition(reason, result))
-        self.report.flush(2.0)  # before logind or systemd go on and take the network
-        self.notify.status(f"drain for {reason}: {result.outcome} in {result.seconds:.1f}s")
-        return result
 
 
 def _ready(obj: JSON) -> bool:

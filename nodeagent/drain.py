@@ -60,6 +60,9 @@ class DrainOptions:
     # After the deadline: time for deleting what is left (when forced) and recording the
     # result. No request of the drain outlives deadline + finish_grace.
     finish_grace: float = 10.0
+    # The agent's own marker with one of these reasons, written in this boot, is left
+    # alone (an evacuation never takes over a shutdown's cordon).
+    keep_marker_reasons: tuple[str, ...] = ()
 
 
 @dataclass
@@ -187,6 +190,9 @@ class Drain:
             self.result.outcome = "dry-run"
             self.result.evicted = [_outcome(p) for p in evict]
             return self.result
+        if self._cancelled.is_set():
+            self.result.outcome = "cancelled"
+            return self.result
         self._fence(node)
         evictions = self._evict_tiers(evict)
         self._finish(node, evictions)
@@ -198,7 +204,10 @@ class Drain:
             return list(self.kube.request("GET", "/api/v1/pods", query=query)["items"])
         self._pods.on_restart = lambda why: log.info("pod watch restarted: %s", why)
         self._pods.start()
-        if not self._pods.wait_synced(max(0.0, self._deadline - time.monotonic())):
+        self._pods.wait_for(
+            lambda: self._pods.synced.is_set() or self._stop.is_set(), self._deadline
+        )
+        if not self._pods.synced.is_set() and not self._cancelled.is_set():
             raise KubeError(
                 f"could not list pods on node {self.node_name}: {self._pods.stats.last_error}"
             )
@@ -217,7 +226,9 @@ class Drain:
         return evict
 
     def _fence(self, node: JSON) -> None:
-        self.result.cordoned = fence.cordon(self.kube, node, self.opts.reason)
+        self.result.cordoned = fence.cordon(
+            self.kube, node, self.opts.reason, keep=self.opts.keep_marker_reasons
+        )
         if self.result.cordoned:
             self.progress(f"cordoned node {self.node_name} (reason {self.opts.reason})")
             self._node_event(node, "Cordoned", f"Cordoned by nodeagent ({self.opts.reason})")

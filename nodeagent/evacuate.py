@@ -133,8 +133,8 @@ class Evacuator:
             self.beat()
             if node is None:
                 if self._retry_at and time.monotonic() >= self._retry_at:
-                    self._retry_at = 0.0
                     self.observe(fence.get_node(self.kube, self.cfg.node_name))
+                    self._retry_at = 0.0
                 continue
             self._act(node)
 
@@ -149,8 +149,10 @@ class Evacuator:
             log.info(
                 "evacuate: %s (taint %s, policy %s)", action, taint or "-", self.cfg.evacuate.policy
             )
+        if not fence.NodeFence.of(node).cordoned_by_other:
+            self._person_cordon_drained = False  # that person's cordon is gone
         if action is Action.CORDON:
-            if fence.cordon(self.kube, node, REASON):
+            if fence.cordon(self.kube, node, REASON, keep=fence.GOING_DOWN):
                 self.events.node(node, "Cordoned", "Cordoned by nodeagent (evacuate taint)")
         elif action is Action.DRAIN:
             # Our own writes (cordon, result) may not have reached the watch yet: decide
@@ -171,6 +173,7 @@ class Evacuator:
             do_not_disrupt_ceiling=self.cfg.drain.do_not_disrupt_ceiling,
             force_after_deadline=self.cfg.drain.force_after_deadline,
             concurrency=self.cfg.drain.concurrency,
+            keep_marker_reasons=fence.GOING_DOWN,
         )
         drain = Drain(self.kube, self.cfg.node_name, options, self.events, self._progress)
         with self._wake:
@@ -195,6 +198,10 @@ class Evacuator:
 
     def _report(self, result: DrainResult) -> None:
         from nodeagent import metrics
+
+        with self._wake:
+            if self._paused:
+                return  # a shutdown took over; its own drain reports
 
         metrics.DRAINS.labels(REASON, result.outcome).inc()
         metrics.DRAIN_SECONDS.observe(result.seconds)

@@ -648,3 +648,39 @@ def test_a_shutdown_cancelled_mid_drain_keeps_a_lock_and_undoes_the_fence(
         assert ku.node(kube, node)["metadata"]["annotations"][CORDONED_BY] == "nodeagent"
     finally:
         agent.kill()
+
+
+def test_back_to_back_true_and_false_leave_the_agent_ready_for_the_next_shutdown(
+    logind: Bus, cluster: Any, kube: Any, admin_kubeconfig: str, tmp_path: Path
+) -> None:
+    """A cancel racing the start of its own shutdown must not wedge the agent."""
+    from tests import kubeutil as ku
+    from tests.agentproc import AgentProcess
+
+    group, node, spare = ku.node_pair(cluster, kube, "bb")
+    ku.deployment(kube, group, "web", group, 1)
+    ku.wait_running(kube, node, 1)
+    ku.open_node(kube, spare)
+    delay = (LOGIND_IFACE, "InhibitDelayMaxUSec", ("t", 120_000_000))
+    mock_call(logind, LOGIND_PATH, "AddProperty", "ssv", delay)
+    env = {"DBUS_SYSTEM_BUS_ADDRESS": logind.address}
+    agent = AgentProcess.start(
+        tmp_path, admin_kubeconfig, node, {"shutdown": {"use_logind": True}}, env
+    )
+    try:
+        wait_for(lambda: len(our_inhibitors(logind)) == 1, 15)
+        for _ in range(3):
+            emit_prepare(logind, True, "poweroff")
+            emit_prepare(logind, False, "poweroff")
+        ku.wait_until(lambda: agent.output().count("shutdown cancelled") == 3, 15, "3 cancels")
+        ku.wait_until(
+            lambda: not ku.node(kube, node)["spec"].get("unschedulable"), 15, "no fence left"
+        )
+        wait_for(lambda: len(our_inhibitors(logind)) == 1, 15)
+
+        emit_prepare(logind, True, "reboot")
+        ku.wait_until(lambda: not ku.running(ku.pods_on(kube, node)), 20, "drained")
+        assert ku.node(kube, node)["spec"].get("unschedulable")
+        wait_for(lambda: our_inhibitors(logind) == [], 15)  # released once drained
+    finally:
+        agent.kill()
