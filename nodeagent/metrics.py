@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -94,8 +95,13 @@ def serve(address: str, unhealthy: Callable[[], list[str]] = list) -> Any:
             pass  # scrapes every few seconds would flood the journal
 
     host, _, port = address.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+
+    class Server(ThreadingHTTPServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
     try:
-        server = ThreadingHTTPServer((host.strip("[]") or "127.0.0.1", int(port)), Handler)
+        server = Server((host, int(port)), Handler)
     except (OSError, ValueError) as exc:
         log.warning("metrics server on %s not started: %s", address, exc)
         return None
