@@ -3,7 +3,8 @@
 Each :class:`Machine` is a copy of the cached root built by ``hack/nspawn-root`` with the
 agent, its unit, the logind drop-in and a stand-in kubelet installed. The container shares the
 host's network, so the agent inside reaches the test control plane on 127.0.0.1; the repository
-is bind-mounted read-only at the same path, so the agent runs the code under test.
+is bind-mounted read-only at /opt/nodeagent-src (not at its own path: a checkout under /tmp
+would vanish behind the unit's PrivateTmp=yes), so the agent runs the code under test.
 """
 
 from __future__ import annotations
@@ -23,14 +24,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 UNIT = REPO / "systemd" / "nodeagent.service"
 LOGIND_DROPIN = REPO / "systemd" / "logind-nodeagent.conf"
-SITE_PACKAGES = REPO / ".venv" / "lib" / "python3.11" / "site-packages"
+INNER_SRC = "/opt/nodeagent-src"
+SITE_PACKAGES = f"{INNER_SRC}/.venv/lib/python3.11/site-packages"
 KUBELET_STOPPED = "var/lib/kubelet-stopped"
 EXIT_REBOOT = 133
 INNER_PATH = "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
 
 # -v: INFO lines (what the agent heard, its drain's progress and outcome) go to the journal.
 AGENT_SCRIPT = f"""#!/bin/sh
-PYTHONPATH={REPO}:{SITE_PACKAGES} exec /usr/bin/python3 -m nodeagent "$@" -v
+PYTHONPATH={INNER_SRC}:{SITE_PACKAGES} exec /usr/bin/python3 -m nodeagent "$@" -v
 """
 
 # Starts with the machine and records when it is stopped: nodeagent.service is ordered
@@ -130,7 +132,7 @@ class Machine:
                     f"--machine={self.name}",
                     "-D",
                     str(self.root),
-                    f"--bind-ro={REPO}",
+                    f"--bind-ro={REPO}:{INNER_SRC}",
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=console,
