@@ -85,6 +85,17 @@ def common_options(func: F) -> F:
     return func
 
 
+def check_rejection(cfg: Config) -> None:
+    """Refuse a [rejection] section whose wipe would refuse paths for every pod."""
+    if not (cfg.rejection.state_paths or cfg.rejection.hooks or cfg.rejection.state_roots):
+        return
+    from nodeagent.wipe import config_problems
+
+    problems = config_problems(cfg.rejection)
+    if problems:
+        raise ConfigError(f"rejection: {problems[0]}")
+
+
 def build_config(params: dict[str, Any], overrides: dict[str, Any] | None = None) -> Config:
     flags = {
         "kubeconfig": params.pop("kubeconfig"),
@@ -269,6 +280,7 @@ def wipe(pod_ref: str, dry_run: bool, **params: Any) -> None:
     Exits 0 when wiped, 1 when the wipe failed or timed out.
     """
     cfg = build_config(params)
+    check_rejection(cfg)
     namespace, _, name = pod_ref.partition("/")
     if not namespace or not name or "/" in name:
         fail(f"--pod: expected NAMESPACE/NAME, got {pod_ref!r}", 2)
@@ -315,6 +327,7 @@ def run(**params: Any) -> None:
     maintenance (per the [shutdown] policy), and uncordons it after boot.
     """
     cfg = build_config(params)
+    check_rejection(cfg)
     from nodeagent.daemon import Agent
     from nodeagent.kube import Kube
 

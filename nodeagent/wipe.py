@@ -312,6 +312,16 @@ def _first_symlink(target: Target) -> str | None:
     return None
 
 
+def config_problems(cfg: RejectionConfig) -> list[str]:
+    """What is wrong with the [rejection] roots, paths and hooks for any pod at all.
+
+    A plan for a sample pod finds what every wipe would refuse (a relative or unsafe
+    root, an unknown placeholder, a path outside the roots), so it is reported when
+    the agent starts rather than at the first rejection.
+    """
+    return plan(PodRef("namespace", "name", "uid"), cfg).problems
+
+
 def wipe(pod: PodRef, cfg: RejectionConfig, dry_run: bool = False) -> WipeResult:
     """Stop the holders of ``pod``'s state, run the hooks, remove the paths.
 

@@ -109,3 +109,32 @@ def test_version_and_help() -> None:
     out = ku.run_agent("--help").stdout
     for command in ("drain", "uncordon", "version"):
         assert command in out
+
+
+@pytest.mark.parametrize(
+    ("rejection", "message"),
+    [
+        ('state_roots = ["relative"]', "state root 'relative' ignored: must be absolute"),
+        (
+            'state_roots = ["/var/lib/app"]\nstate_paths = ["/var/lib/app/{podname}"]',
+            "unknown placeholder {podname}",
+        ),
+        (
+            'state_roots = ["/var/lib/app"]\nstate_paths = ["/etc/{uid}"]',
+            "not beneath a state root",
+        ),
+        ('hooks = ["/bin/release {pod}"]', "unknown placeholder {pod}"),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "wipe"])
+def test_bad_rejection_paths_fail_at_start(
+    rejection: str, message: str, command: str, tmp_path: Path, admin_kubeconfig: str
+) -> None:
+    cfg = ku.write(tmp_path / "c.toml", f"[rejection]\n{rejection}\n")
+    extra = ["--pod", "default/x"] if command == "wipe" else []
+    res = ku.run_agent(
+        command, "--node", "n", "--kubeconfig", admin_kubeconfig, "--config", str(cfg), *extra
+    )
+    assert res.returncode == 2, res.stderr
+    assert len(res.stderr.splitlines()) == 1, res.stderr
+    assert res.stderr.startswith("nodeagent: error: rejection: ") and message in res.stderr
