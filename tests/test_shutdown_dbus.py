@@ -119,11 +119,12 @@ class Bus:
                 proc.stdout.close()
 
 
-@pytest.fixture
-def bus(tmp_path: Path) -> Iterator[Bus]:
+def start_bus(tmp_path: Path) -> Bus:
+    """A private dbus-daemon listening on tmp_path/bus.socket (replacing a dead one)."""
     for tool in ("dbus-daemon", SYSTEM_PYTHON):
         assert shutil.which(tool), f"{tool} is needed (apt-get install dbus python3-dbusmock)"
     socket = tmp_path / "bus.socket"
+    socket.unlink(missing_ok=True)
     config = tmp_path / "bus.conf"
     config.write_text(BUS_CONFIG.format(socket=socket))
     # --print-address answers once the daemon accepts connections; the socket file alone
@@ -144,7 +145,12 @@ def bus(tmp_path: Path) -> Iterator[Bus]:
     printed = daemon.stdout.readline().decode().strip()
     log_text = (tmp_path / "dbus-daemon.log").read_text(errors="replace")
     assert printed.startswith("unix:path="), f"dbus-daemon did not start: {log_text}"
-    b = Bus(address=f"unix:path={socket}", workdir=tmp_path, daemon=daemon)
+    return Bus(address=f"unix:path={socket}", workdir=tmp_path, daemon=daemon)
+
+
+@pytest.fixture
+def bus(tmp_path: Path) -> Iterator[Bus]:
+    b = start_bus(tmp_path)
     try:
         yield b
     finally:
@@ -682,5 +688,36 @@ def test_back_to_back_true_and_false_leave_the_agent_ready_for_the_next_shutdown
         ku.wait_until(lambda: not ku.running(ku.pods_on(kube, node)), 20, "drained")
         assert ku.node(kube, node)["spec"].get("unschedulable")
         wait_for(lambda: our_inhibitors(logind) == [], 15)  # released once drained
+    finally:
+        agent.kill()
+
+
+def test_the_agent_takes_the_lock_again_after_the_bus_comes_back(
+    logind: Bus, cluster: Any, kube: Any, admin_kubeconfig: str, tmp_path: Path
+) -> None:
+    """dbus-daemon restarts (an upgrade, a crash): the next shutdown must still be heard."""
+    from tests import kubeutil as ku
+    from tests.agentproc import AgentProcess
+
+    group, node, spare = ku.node_pair(cluster, kube, "rb")
+    ku.deployment(kube, group, "web", group, 1)
+    ku.wait_running(kube, node, 1)
+    ku.open_node(kube, spare)
+    env = {"DBUS_SYSTEM_BUS_ADDRESS": logind.address}
+    config = {"shutdown": {"use_logind": True}}
+    agent = AgentProcess.start(tmp_path, admin_kubeconfig, node, config, env)
+    try:
+        wait_for(lambda: len(our_inhibitors(logind)) == 1, 15)
+        for proc in [*logind.mocks, logind.daemon]:
+            proc.terminate()
+            proc.wait(5)
+        fresh = start_bus(logind.workdir)  # the same socket path, a new daemon
+        logind.daemon, logind.mocks = fresh.daemon, []
+        logind.start_mock("logind", LOGIND_NAME)
+
+        wait_for(lambda: len(our_inhibitors(logind)) == 1, 30)
+        assert "lost the system bus" in agent.output()
+        emit_prepare(logind, True, "poweroff")
+        ku.wait_until(lambda: not ku.running(ku.pods_on(kube, node)), 20, "drained")
     finally:
         agent.kill()
