@@ -97,6 +97,31 @@ class Loop:
                 backoff = min(backoff * 2, 30.0)
 
 
+class NodeMirror:
+    """The latest own Node the node watch delivered; other loops wait on it."""
+
+    def __init__(self) -> None:
+        self._node: JSON | None = None
+        self._changed = threading.Condition()
+
+    def set(self, node: JSON) -> None:
+        with self._changed:
+            self._node = node
+            self._changed.notify_all()
+
+    def get(self) -> JSON | None:
+        with self._changed:
+            return self._node
+
+    def wait(self, predicate: Callable[[JSON], bool], timeout: float) -> JSON | None:
+        """The Node once `predicate` holds for it, or the latest one after `timeout`."""
+        with self._changed:
+            self._changed.wait_for(
+                lambda: self._node is not None and predicate(self._node), timeout
+            )
+            return self._node
+
+
 class Agent:
     def __init__(self, cfg: Config, kube: Kube, notifier: Notifier | None = None) -> None:
         self.cfg = cfg
@@ -106,6 +131,7 @@ class Agent:
         self.events = EventRecorder(kube, self.node_name)
         self.report = conditions.ConditionWriter(kube, self.node_name)
         self.evacuator = Evacuator(cfg, kube, self.events, self.report, lambda: None)
+        self.mirror = NodeMirror()
         self.stop = threading.Event()
         self.loops: list[Loop] = []
         self.departure = Departure(
@@ -176,6 +202,7 @@ class Agent:
         loop = self._loop("node")
 
         def changed(_kind: str, node: JSON) -> None:
+            self.mirror.set(node)
             self.report.observe(node)
             self.evacuator.observe(node)
 
@@ -229,12 +256,10 @@ class Agent:
         """Undo the agent's own shutdown cordon once the node can run pods again."""
         node = fence.get_node(self.kube, self.node_name)
         self._check_unclean_shutdown(node)
+        node = self._wait_evacuation_over(node, stop)
         state = fence.NodeFence.of(node)
-        if not (state.marked and state.reason in SHUTDOWN_REASONS):
+        if stop.is_set() or not _shutdown_marked(node):
             self.notify.status("running; node needs no uncordon")
-            return
-        if requested(node, self.cfg.evacuate):
-            self.notify.status("running; node stays cordoned: it carries an evacuate taint")
             return
         self.notify.status(f"waiting for node Ready to undo the {state.reason} cordon")
         self._wait_node_ready(stop)
@@ -254,13 +279,22 @@ class Agent:
         else:
             self.notify.status("running; a shutdown is under way, the cordon stays")
 
+    def _wait_evacuation_over(self, node: JSON, stop: threading.Event) -> JSON:
+        """While an evacuate taint holds a shutdown-cordoned node, the evacuator takes the
+        cordon over (its marker then says evacuate); if the taint goes first, the cordon
+        is the shutdown's again and this returns to undo it."""
+
+        def held(n: JSON) -> bool:
+            return _shutdown_marked(n) and requested(n, self.cfg.evacuate)
+
+        if held(node):
+            self.notify.status("running; node stays cordoned: it carries an evacuate taint")
+        while held(node) and not stop.is_set():
+            node = self.mirror.wait(lambda n: not held(n), 1.0) or node
+            self._loop("reconcile").beat()
+        return node
+
     def _wait_node_ready(self, stop: threading.Event) -> None:
-        nodes = Reflector(
-            self.kube,
-            "/api/v1/nodes",
-            resource="nodes",
-            field_selector=f"metadata.name={self.node_name}",
-        ).start()
         wanted = self.cfg.uncordon.wait_for_daemonsets
         # The node's pods matter only when named DaemonSets must be Ready first.
         pods = Reflector(
@@ -271,25 +305,24 @@ class Agent:
         )
         if wanted:
             pods.start()
+
+        def ready(node: JSON | None) -> bool:
+            return stop.is_set() or (
+                node is not None and _ready(node) and _daemonsets_ready(pods.snapshot(), wanted)
+            )
+
         try:
-
-            def ready() -> bool:
-                return stop.is_set() or (
-                    any(_ready(n) for n in nodes.snapshot())
-                    and _daemonsets_ready(pods.snapshot(), wanted)
-                )
-
             warn_at = time.monotonic() + self.cfg.uncordon.ready_timeout
-            while not ready():
-                nodes.wait_for(ready, time.monotonic() + 1.0)
+            while not ready(self.mirror.get()):
+                self.mirror.wait(ready, 1.0)
                 self._loop("reconcile").beat()
                 if time.monotonic() > warn_at:
                     # Taking pods before the node can run them is worse than waiting:
                     # say so once, loudly, and keep waiting.
                     warn_at = float("inf")
-                    self._not_ready_yet(nodes.snapshot(), wanted)
+                    node = self.mirror.get()
+                    self._not_ready_yet([node] if node else [], wanted)
         finally:
-            nodes.stop()
             pods.stop()
 
     def _not_ready_yet(self, nodes: list[JSON], wanted: list[str]) -> None:
@@ -332,6 +365,11 @@ class Agent:
             self.kube.merge_patch(
                 node_path(self.node_name), {"metadata": {"annotations": {LAST_BOOT_ID: current}}}
             )
+
+
+def _shutdown_marked(node: JSON) -> bool:
+    state = fence.NodeFence.of(node)
+    return state.marked and state.reason in SHUTDOWN_REASONS
 
 
 def _ready(obj: JSON) -> bool:

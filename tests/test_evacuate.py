@@ -275,3 +275,26 @@ def test_the_daemon_wipes_a_rejected_pods_state(node: Node, tmp_path: Path) -> N
     assert not state.exists()
     assert agent.metric("nodeagent_pod_rejections_total", reason="OutOfcpu") == 1
     assert agent.metric("nodeagent_wipes_total", result="Wiped") == 1
+
+
+def test_a_shutdown_cordon_under_an_evacuate_taint_is_handed_over_after_boot(
+    node: Node,
+) -> None:
+    from hack.localcluster.kubelet_sim import BOOT_ID
+
+    workloads(node, 1)
+    assert cordon(node.kube, node.obj(), "reboot")  # the last boot's shutdown ...
+    old_boot = node.obj()["status"]["nodeInfo"]["bootID"]
+    node.kube.merge_patch(  # ... and the node came back with a new boot ID
+        node_path(node.name), {"metadata": {"annotations": {BOOT_ID: "after-reboot"}}}
+    )
+    ku.wait_until(lambda: node.obj()["status"]["nodeInfo"]["bootID"] != old_boot, 15, "reboot")
+    node.taint()
+    node.agent()
+    # The evacuator takes the cordon over; reconcile must not undo it meanwhile.
+    ku.wait_until(lambda: node.annotations().get(DRAIN_REASON) == "evacuate", 15, "handover")
+    ku.wait_until(lambda: not node.workload_pods(), 30, "evacuated")
+    assert node.cordoned()
+    node.untaint()
+    ku.wait_until(lambda: not node.cordoned(), 15, "undone with the taint")
+    assert CORDONED_BY not in node.annotations()
