@@ -14,6 +14,7 @@ org.freedesktop.DBus.Mock interface.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -29,6 +30,7 @@ from jeepney import DBusAddress, MessageType, new_method_call, new_signal
 from jeepney.bus_messages import message_bus
 from jeepney.io.blocking import DBusConnection, open_dbus_connection
 
+from nodeagent.cordon import CORDONED_BY
 from nodeagent.shutdown import (
     LOGIND_IFACE,
     LOGIND_NAME,
@@ -46,6 +48,8 @@ from nodeagent.shutdown import (
     system_bus_address,
     why_stopping,
 )
+from tests import kubeutil as ku
+from tests.agentproc import AgentProcess
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 MOCK_IFACE = "org.freedesktop.DBus.Mock"
@@ -611,36 +615,57 @@ def test_shutdown_kind_values_are_the_wire_strings() -> None:
 # -- the daemon against the mock logind and the real control plane ---------------------
 
 
+@contextlib.contextmanager
+def logind_agent(
+    logind: Bus, workdir: Path, kubeconfig: str, node: str, **config: dict[str, Any]
+) -> Iterator[AgentProcess]:
+    """`nodeagent run` on the mock logind's bus, holding its delay lock; killed after."""
+    delay = (LOGIND_IFACE, "InhibitDelayMaxUSec", ("t", 120_000_000))
+    mock_call(logind, LOGIND_PATH, "AddProperty", "ssv", delay)
+    config = {**config, "shutdown": {"use_logind": True}}
+    env = {"DBUS_SYSTEM_BUS_ADDRESS": logind.address}
+    agent = AgentProcess.start(workdir, kubeconfig, node, config, env)
+    try:
+        wait_for(lambda: len(our_inhibitors(logind)) == 1, 15)
+        yield agent
+    finally:
+        agent.kill()
+
+
+def node_with_a_pod(cluster: Any, kube: Any, prefix: str) -> str:
+    """A node running one Deployment pod, with an open spare to take it."""
+    group, node, spare = ku.node_pair(cluster, kube, prefix)
+    ku.deployment(kube, group, "web", group, 1)
+    ku.wait_running(kube, node, 1)
+    ku.open_node(kube, spare)
+    return node
+
+
+def drained(kube: Any, node: str) -> bool:
+    return not ku.running(ku.pods_on(kube, node))
+
+
+def cordoned(kube: Any, node: str) -> bool:
+    return bool(ku.node(kube, node)["spec"].get("unschedulable"))
+
+
 def test_a_shutdown_cancelled_mid_drain_keeps_a_lock_and_undoes_the_fence(
     logind: Bus, cluster: Any, kube: Any, admin_kubeconfig: str, tmp_path: Path
 ) -> None:
     """PrepareForShutdown(false) while the drain still runs (a PDB holds it): the fence
     goes, the agent keeps a delay lock for the next shutdown, and that one drains again."""
-    from nodeagent.cordon import CORDONED_BY
-    from tests import kubeutil as ku
-    from tests.agentproc import AgentProcess
-
     group, node, _spare = ku.node_pair(cluster, kube, "lc")
     ku.deployment(kube, group, "quorum", group, 2)
     ku.pdb(kube, group, "quorum", {"app": "quorum"}, minAvailable=2)  # never allows
     ku.wait_running(kube, node, 2)
     ku.wait_pdb_ready(kube, group, "quorum")
-    delay = (LOGIND_IFACE, "InhibitDelayMaxUSec", ("t", 120_000_000))
-    mock_call(logind, LOGIND_PATH, "AddProperty", "ssv", delay)
-    config = {"shutdown": {"use_logind": True}, "drain": {"deadline": "30s"}}
-    env = {"DBUS_SYSTEM_BUS_ADDRESS": logind.address}
-    agent = AgentProcess.start(tmp_path, admin_kubeconfig, node, config, env)
-    try:
-        wait_for(lambda: len(our_inhibitors(logind)) == 1, 15)
-
-        def cordoned() -> bool:
-            return bool(ku.node(kube, node)["spec"].get("unschedulable"))
-
+    deadline = {"deadline": "30s"}
+    with logind_agent(logind, tmp_path, admin_kubeconfig, node, drain=deadline) as agent:
         emit_prepare(logind, True, "poweroff")
         ku.wait_until(lambda: "eviction blocked" in agent.output(), 15, "the drain under way")
-        assert cordoned()
+        assert cordoned(kube, node)
         emit_prepare(logind, False, "poweroff")
-        ku.wait_until(lambda: not cordoned(), 15, "the fence undone")
+        ku.wait_until(lambda: not cordoned(kube, node), 15, "the fence undone")
         assert CORDONED_BY not in (ku.node(kube, node)["metadata"].get("annotations") or {})
         ku.wait_until(lambda: "Uncordoned" in [e["reason"] for e in ku.node_events(kube, node)])
         # The cancelled drain has ended (it stops promptly); the lock is still there.
@@ -650,64 +675,35 @@ def test_a_shutdown_cancelled_mid_drain_keeps_a_lock_and_undoes_the_fence(
         assert len(ku.running(ku.pods_on(kube, node))) == 2
 
         emit_prepare(logind, True, "reboot")
-        ku.wait_until(cordoned, 15, "the next shutdown drains again")
+        ku.wait_until(lambda: cordoned(kube, node), 15, "the next shutdown drains again")
         assert ku.node(kube, node)["metadata"]["annotations"][CORDONED_BY] == "nodeagent"
-    finally:
-        agent.kill()
 
 
 def test_back_to_back_true_and_false_leave_the_agent_ready_for_the_next_shutdown(
     logind: Bus, cluster: Any, kube: Any, admin_kubeconfig: str, tmp_path: Path
 ) -> None:
     """A cancel racing the start of its own shutdown must not wedge the agent."""
-    from tests import kubeutil as ku
-    from tests.agentproc import AgentProcess
-
-    group, node, spare = ku.node_pair(cluster, kube, "bb")
-    ku.deployment(kube, group, "web", group, 1)
-    ku.wait_running(kube, node, 1)
-    ku.open_node(kube, spare)
-    delay = (LOGIND_IFACE, "InhibitDelayMaxUSec", ("t", 120_000_000))
-    mock_call(logind, LOGIND_PATH, "AddProperty", "ssv", delay)
-    env = {"DBUS_SYSTEM_BUS_ADDRESS": logind.address}
-    agent = AgentProcess.start(
-        tmp_path, admin_kubeconfig, node, {"shutdown": {"use_logind": True}}, env
-    )
-    try:
-        wait_for(lambda: len(our_inhibitors(logind)) == 1, 15)
+    node = node_with_a_pod(cluster, kube, "bb")
+    with logind_agent(logind, tmp_path, admin_kubeconfig, node) as agent:
         for _ in range(3):
             emit_prepare(logind, True, "poweroff")
             emit_prepare(logind, False, "poweroff")
         ku.wait_until(lambda: agent.output().count("shutdown cancelled") == 3, 15, "3 cancels")
-        ku.wait_until(
-            lambda: not ku.node(kube, node)["spec"].get("unschedulable"), 15, "no fence left"
-        )
+        ku.wait_until(lambda: not cordoned(kube, node), 15, "no fence left")
         wait_for(lambda: len(our_inhibitors(logind)) == 1, 15)
 
         emit_prepare(logind, True, "reboot")
-        ku.wait_until(lambda: not ku.running(ku.pods_on(kube, node)), 20, "drained")
-        assert ku.node(kube, node)["spec"].get("unschedulable")
+        ku.wait_until(lambda: drained(kube, node), 20, "drained")
+        assert cordoned(kube, node)
         wait_for(lambda: our_inhibitors(logind) == [], 15)  # released once drained
-    finally:
-        agent.kill()
 
 
 def test_the_agent_takes_the_lock_again_after_the_bus_comes_back(
     logind: Bus, cluster: Any, kube: Any, admin_kubeconfig: str, tmp_path: Path
 ) -> None:
     """dbus-daemon restarts (an upgrade, a crash): the next shutdown must still be heard."""
-    from tests import kubeutil as ku
-    from tests.agentproc import AgentProcess
-
-    group, node, spare = ku.node_pair(cluster, kube, "rb")
-    ku.deployment(kube, group, "web", group, 1)
-    ku.wait_running(kube, node, 1)
-    ku.open_node(kube, spare)
-    env = {"DBUS_SYSTEM_BUS_ADDRESS": logind.address}
-    config = {"shutdown": {"use_logind": True}}
-    agent = AgentProcess.start(tmp_path, admin_kubeconfig, node, config, env)
-    try:
-        wait_for(lambda: len(our_inhibitors(logind)) == 1, 15)
+    node = node_with_a_pod(cluster, kube, "rb")
+    with logind_agent(logind, tmp_path, admin_kubeconfig, node) as agent:
         for proc in [*logind.mocks, logind.daemon]:
             proc.terminate()
             proc.wait(5)
@@ -718,6 +714,4 @@ def test_the_agent_takes_the_lock_again_after_the_bus_comes_back(
         wait_for(lambda: len(our_inhibitors(logind)) == 1, 30)
         assert "lost the system bus" in agent.output()
         emit_prepare(logind, True, "poweroff")
-        ku.wait_until(lambda: not ku.running(ku.pods_on(kube, node)), 20, "drained")
-    finally:
-        agent.kill()
+        ku.wait_until(lambda: drained(kube, node), 20, "drained")

@@ -129,6 +129,12 @@ def assert_drained(node: Node, *reasons: str) -> None:
     assert len(left) == 1 and left[0].startswith("logs-"), left
 
 
+def wait_uncordoned(node: Node, what: str) -> None:
+    ku.wait_until(
+        lambda: not node.unschedulable() and CORDONED_BY not in node.annotations(), 30, what
+    )
+
+
 def uncordoned_event(node: Node) -> None:
     # The agent posts its Events in the background, after the write they report.
     ku.wait_until(
@@ -169,11 +175,7 @@ def test_reboot_drains_and_uncordons_after_the_next_boot(node: Node) -> None:
     # The simulated Node's bootID does not change with the container: the agent keys on its
     # own marker's reason.
     node.boot()
-    ku.wait_until(
-        lambda: not node.unschedulable() and CORDONED_BY not in node.annotations(),
-        30,
-        "the agent to uncordon the node after the reboot",
-    )
+    wait_uncordoned(node, "the agent to uncordon the node after the reboot")
     uncordoned_event(node)
 
 
@@ -190,11 +192,7 @@ def test_stop_drains_and_start_uncordons(node: Node) -> None:
 
     start = node.machine.run("systemctl", "start", "nodeagent")
     assert start.returncode == 0, start.stderr
-    ku.wait_until(
-        lambda: not node.unschedulable() and CORDONED_BY not in node.annotations(),
-        30,
-        "the agent to uncordon the node after its start",
-    )
+    wait_uncordoned(node, "the agent to uncordon the node after its start")
 
 
 def test_restart_neither_cordons_nor_evicts(node: Node) -> None:
