@@ -96,6 +96,17 @@ def check_rejection(cfg: Config) -> None:
         raise ConfigError(f"rejection: {problems[0]}")
 
 
+# The flag behind each config key a flag can set, so errors name what the user typed.
+FLAGS = {
+    "kubeconfig": "--kubeconfig",
+    "node": "--node",
+    "log_format": "--log-format",
+    "drain.deadline": "--deadline",
+    "drain.force_after_deadline": "--force-after-deadline",
+    "drain.do_not_disrupt_ceiling": "--do-not-disrupt-ceiling",
+}
+
+
 def build_config(params: dict[str, Any], overrides: dict[str, Any] | None = None) -> Config:
     flags = {
         "kubeconfig": params.pop("kubeconfig"),
@@ -103,7 +114,9 @@ def build_config(params: dict[str, Any], overrides: dict[str, Any] | None = None
         "log_format": params.pop("log_format"),
     }
     try:
-        cfg = load_config(params.pop("config_file"), overrides={**flags, **(overrides or {})})
+        cfg = load_config(
+            params.pop("config_file"), overrides={**flags, **(overrides or {})}, flags=FLAGS
+        )
     except ConfigError as exc:
         fail(str(exc), 2)
     setup_logging(params.pop("verbose"), cfg.log_format)
@@ -128,11 +141,37 @@ def handle_errors(func: F) -> F:
             fail(str(exc), 1)
         except KeyboardInterrupt:
             fail("interrupted", 130)
+        except Exception as exc:  # a bug: still one line, and the stack only with -vv
+            logging.getLogger(__name__).debug("internal error", exc_info=True)
+            fail(f"internal error: {type(exc).__name__}: {exc} (run with -vv for details)", 1)
 
     return wrapper  # type: ignore[return-value]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class OneLineErrors(click.Group):
+    """Usage errors as one line (`nodeagent: error: ...`, exit 2), like every other
+    error, instead of click's usage block."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        kwargs.setdefault("prog_name", "nodeagent")  # also under `python -m nodeagent`
+        try:
+            code = super().main(*args, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            click.echo(exc.format_message(), err=True)  # the help, as click prints it
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            ctx = exc.ctx if isinstance(exc, click.UsageError) else None
+            hint = f" (see '{ctx.command_path} -h')" if ctx else ""
+            fail(exc.format_message() + hint, exc.exit_code)
+        except click.Abort:
+            fail("interrupted", 130)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(
+    cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]}, name="nodeagent"
+)
 @click.version_option(__version__, "--version", prog_name="nodeagent")
 def main() -> None:
     """nodeagent makes a Kubernetes node's departure graceful.

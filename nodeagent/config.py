@@ -1,7 +1,11 @@
 """Typed configuration: defaults, then a TOML file, then NODEAGENT_* env, then flags.
 
-Every value is validated where it enters; a bad one raises ConfigError naming the
-key (`drain.deadline: bad duration '2x' ...`), before anything is touched.
+Every value is validated where it enters; a bad one raises ConfigError naming what
+the user wrote: the file key (`drain.deadline: bad duration '2x' ...`), the variable
+(`NODEAGENT_DRAIN_DEADLINE: ...`) or the flag (`--deadline: ...`), before anything is
+touched. A value given but empty (`--node "$UNSET"`, `NODEAGENT_NODE=`, `node = ""`)
+is an error, never the default: a script with an unset variable must not drain
+whatever node the default picks.
 
 Env names are NODEAGENT_<SECTION>_<KEY> (NODEAGENT_DRAIN_DEADLINE=90s) or
 NODEAGENT_<KEY> for top-level keys (NODEAGENT_NODE).
@@ -14,7 +18,7 @@ import os
 import re
 import socket
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +27,8 @@ POLICIES = ("drain", "cordon", "none")
 LOG_FORMATS = ("text", "json")
 EVACUATE_POLICIES = ("Ignore", "NoSchedule", "Evacuate")
 
+# A Node name is a DNS subdomain (RFC 1123), as the API server validates it.
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 
@@ -45,8 +51,14 @@ def parse_duration(text: str) -> float:
     return total
 
 
-def duration(default: str) -> Any:
-    return field(default=parse_duration(default), metadata={"type": "duration"})
+def duration(default: str, minimum: str | None = None) -> Any:
+    """A duration field. Without `minimum`, 0s is allowed and means "not at all"
+    (no settle, no wait); with it, smaller values (0s included) are refused because
+    they cannot work (a 0s drain deadline fails before the first request)."""
+    meta: dict[str, Any] = {"type": "duration"}
+    if minimum is not None:
+        meta["minimum"] = (parse_duration(minimum), minimum)
+    return field(default=parse_duration(default), metadata=meta)
 
 
 def choice(default: str, choices: tuple[str, ...]) -> Any:
@@ -55,7 +67,7 @@ def choice(default: str, choices: tuple[str, ...]) -> Any:
 
 @dataclass
 class DrainConfig:
-    deadline: float = duration("120s")
+    deadline: float = duration("120s", minimum="1s")
     do_not_disrupt_ceiling: float = duration("60s")
     force_after_deadline: bool = False
     concurrency: int = 32
@@ -82,7 +94,7 @@ class ShutdownConfig:
 @dataclass
 class UncordonConfig:
     settle: float = duration("10s")
-    ready_timeout: float = duration("10m")
+    ready_timeout: float = duration("10m", minimum="1s")
     wait_for_daemonsets: list[str] = field(default_factory=list)  # "namespace/name"
 
 
@@ -103,7 +115,7 @@ class RejectionConfig:
     state_paths: list[str] = field(default_factory=list)
     # Commands run (no shell) during the wipe, same templates; each bounded by the wipe timeout.
     hooks: list[str] = field(default_factory=list)
-    wipe_timeout: float = duration("10s")
+    wipe_timeout: float = duration("10s", minimum="100ms")
     # Re-create every rejected bare pod, not just those annotated
     # nodeagent.io/recreate-on-rejection: "true".
     recreate: bool = False
@@ -115,13 +127,14 @@ class RejectionConfig:
 
 @dataclass
 class ReportingConfig:
-    heartbeat_interval: float = duration("60s")
-    metrics_address: str = "127.0.0.1:9102"
+    heartbeat_interval: float = duration("60s", minimum="1s")
+    # "" is the one empty value with a meaning: no /metrics and /healthz server.
+    metrics_address: str = field(default="127.0.0.1:9102", metadata={"empty_means": "off"})
 
 
 @dataclass
 class Config:
-    node: str = ""
+    node: str = field(default="", metadata={"check": "node_name"})
     kubeconfig: str = ""
     log_format: str = choice("text", LOG_FORMATS)
     drain: DrainConfig = field(default_factory=DrainConfig)
@@ -136,30 +149,79 @@ class Config:
         return self.node or socket.gethostname()
 
 
-def _coerce(key: str, f: dataclasses.Field[Any], value: Any, from_env: bool) -> Any:
-    kind = f.metadata.get("type")
-    want = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+Namer = Callable[[str], str]  # dotted key -> what the user wrote: key, variable or flag
+
+
+def env_var(key: str) -> str:
+    """The variable that sets a dotted key: drain.deadline -> NODEAGENT_DRAIN_DEADLINE."""
+    return "NODEAGENT_" + key.replace(".", "_").upper()
+
+
+def _coerce(label: str, f: dataclasses.Field[Any], value: Any, from_env: bool) -> Any:
     try:
-        if kind == "duration":
-            return parse_duration(str(value)) if isinstance(value, str) else _bad(value)
-        if want == "bool":
-            return _to_bool(value, from_env)
-        if want == "int":
-            return _to_int(value, from_env)
-        if want.startswith("list"):
-            return _to_list(value, from_env)
-        if not isinstance(value, str):
-            raise ValueError(f"expected a string, got {value!r}")
-        choices = f.metadata.get("choices")
-        if choices and value not in choices:
-            raise ValueError(f"bad value {value!r} (one of: {', '.join(choices)})")
-        return value
+        if isinstance(value, str) and not value.strip():
+            if value == "" and "empty_means" in f.metadata:
+                return ""
+            raise ValueError(f"empty value ({_empty_hint(label)})")
+        return _check(f, _convert(f, value, from_env))
     except ValueError as exc:
-        raise ConfigError(f"{key}: {exc}") from None
+        raise ConfigError(f"{label}: {exc}") from None
 
 
-def _bad(value: Any) -> Any:
-    raise ValueError(f"bad duration {value!r} (a string such as 90s, 2m, 1m30s)")
+def _empty_hint(label: str) -> str:
+    if label.startswith("--"):
+        return "give a value, or leave the flag out for the default"
+    if label.isupper():
+        return "give a value, or unset the variable for the default"
+    return "give a value, or remove the key for the default"
+
+
+def _convert(f: dataclasses.Field[Any], value: Any, from_env: bool) -> Any:
+    want = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+    if f.metadata.get("type") == "duration":
+        return _to_duration(value, f.metadata.get("minimum"))
+    if want == "bool":
+        return _to_bool(value, from_env)
+    if want == "int":
+        return _to_int(value, from_env)
+    if want.startswith("list"):
+        return _to_list(value, from_env)
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    choices = f.metadata.get("choices")
+    if choices and value not in choices:
+        raise ValueError(f"bad value {value!r} (one of: {', '.join(choices)})")
+    return value
+
+
+def _check(f: dataclasses.Field[Any], value: Any) -> Any:
+    if f.metadata.get("check") == "node_name" and not is_node_name(value):
+        raise ValueError(
+            f"{value!r} is not a node name (lowercase letters, digits, '-' and '.', "
+            "at most 253 characters)"
+        )
+    if f.metadata.get("empty_means") and value:
+        _check_address(value)
+    return value
+
+
+def is_node_name(name: str) -> bool:
+    return len(name) <= 253 and _NODE_NAME.fullmatch(name) is not None
+
+
+def _check_address(address: str) -> None:
+    _host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"bad address {address!r} (HOST:PORT, e.g. 127.0.0.1:9102 or [::1]:9102)")
+
+
+def _to_duration(value: Any, minimum: tuple[float, str] | None) -> float:
+    if not isinstance(value, str):
+        raise ValueError(f"bad duration {value!r} (a string such as 90s, 2m, 1m30s)")
+    seconds = parse_duration(value)
+    if minimum and seconds < minimum[0]:
+        raise ValueError(f"must be at least {minimum[1]}, got {value.strip()!r}")
+    return seconds
 
 
 def _to_bool(value: Any, from_env: bool) -> bool:
@@ -183,27 +245,34 @@ def _to_int(value: Any, from_env: bool) -> int:
 
 
 def _to_list(value: Any, from_env: bool) -> list[str]:
-    if from_env and isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+    items = value.split(",") if from_env and isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
         raise ValueError(f"expected a list of strings, got {value!r}")
-    return list(value)
+    items = [v.strip() if from_env else v for v in items]
+    if any(not v.strip() for v in items):
+        raise ValueError(f"empty item in {value!r}")
+    return list(items)
 
 
-def _apply(target: Any, values: Mapping[str, Any], prefix: str, from_env: bool) -> None:
+def _apply(target: Any, values: Mapping[str, Any], prefix: str, name: Namer) -> None:
     fields = {f.name: f for f in dataclasses.fields(target)}
-    for name, value in values.items():
-        key = f"{prefix}{name}"
-        f = fields.get(name)
+    for key_name, value in values.items():
+        key = f"{prefix}{key_name}"
+        f = fields.get(key_name)
         if f is None:
-            raise ConfigError(f"{key}: unknown key")
-        current = getattr(target, name)
+            raise ConfigError(f"{name(key)}: unknown key")
+        current = getattr(target, key_name)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, Mapping):
-                raise ConfigError(f"{key}: expected a table")
-            _apply(current, value, f"{key}.", from_env)
+                raise ConfigError(f"{name(key)}: expected a table")
+            _apply(current, value, f"{key}.", name)
         else:
-            setattr(target, name, _coerce(key, f, value, from_env))
+            from_env = name is not _file_key and isinstance(value, str)
+            setattr(target, key_name, _coerce(name(key), f, value, from_env))
+
+
+def _file_key(key: str) -> str:
+    return key
 
 
 def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -213,11 +282,11 @@ def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
         default = getattr(Config(), f.name)
         if dataclasses.is_dataclass(default):
             for sub in dataclasses.fields(default):
-                var = f"NODEAGENT_{f.name}_{sub.name}".upper()
+                var = env_var(f"{f.name}.{sub.name}")
                 if var in environ:
                     out.setdefault(f.name, {})[sub.name] = environ[var]
-        elif f"NODEAGENT_{f.name}".upper() in environ:
-            out[f.name] = environ[f"NODEAGENT_{f.name}".upper()]
+        elif env_var(f.name) in environ:
+            out[f.name] = environ[env_var(f.name)]
     return out
 
 
@@ -225,15 +294,21 @@ def load(
     path: str | None = None,
     environ: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    flags: Mapping[str, str] | None = None,
 ) -> Config:
-    """Defaults < file < env < overrides (flags, dotted keys: {"drain.deadline": "90s"})."""
+    """Defaults < file < env < overrides (flags, dotted keys: {"drain.deadline": "90s"}).
+
+    `path` is the --config flag; `flags` names the flag behind each override, for
+    messages. An override of None is a flag not given; "" is a flag given empty.
+    """
     environ = os.environ if environ is None else environ
+    flag_names = dict(flags or {})
     cfg = Config()
-    if path:
-        _apply(cfg, _read_file(path), "", from_env=False)
-    _apply(cfg, _env_values(environ), "", from_env=True)
-    if not cfg.node and environ.get("NODE_NAME"):
-        cfg.node = environ["NODE_NAME"]
+    if path is not None:
+        if not path.strip():
+            raise ConfigError("--config: empty value (give a file, or leave it out)")
+        _apply(cfg, _read_file(path), "", _file_key)
+    _apply(cfg, _env_values(environ), "", env_var)
     for dotted, value in (overrides or {}).items():
         if value is None:
             continue
@@ -241,7 +316,10 @@ def load(
         nested: dict[str, Any] = {leaf: value}
         for parent in reversed(parents):
             nested = {parent: nested}
-        _apply(cfg, nested, "", from_env=isinstance(value, str))
+        _apply(cfg, nested, "", lambda key: flag_names.get(key, key))
+    if not cfg.node and "NODE_NAME" in environ:
+        # The DaemonSet form's downward-API variable: below NODEAGENT_NODE and --node.
+        _apply(cfg, {"node": environ["NODE_NAME"]}, "", lambda _key: "NODE_NAME")
     return cfg
 
 
@@ -251,6 +329,10 @@ def _read_file(path: str) -> dict[str, Any]:
             return tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"config file {path}: no such file") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config file {path}: not a text file (invalid UTF-8 at byte {exc.start})"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path}: {exc}") from None
     except OSError as exc:

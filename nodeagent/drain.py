@@ -208,9 +208,11 @@ class Drain:
             lambda: self._pods.synced.is_set() or self._stop.is_set(), self._deadline
         )
         if not self._pods.synced.is_set() and not self._cancelled.is_set():
-            raise KubeError(
-                f"could not list pods on node {self.node_name}: {self._pods.stats.last_error}"
+            # No failure recorded means the list was still in flight at the deadline.
+            why = self._pods.stats.last_error or (
+                f"no answer within the drain deadline ({self.opts.deadline:g}s)"
             )
+            raise KubeError(f"could not list pods on node {self.node_name}: {why}")
         return self._pods.snapshot()
 
     def _plan(self, pods: list[JSON]) -> list[JSON]:
@@ -366,7 +368,7 @@ class Drain:
                 self._pods.changed.notify_all()
         except Exception as exc:  # a worker must never die silently
             log.exception("eviction of %s failed", ev.outcome.ref)
-            ev.outcome.detail = f"internal error: {exc}"
+            ev.outcome.detail = f"internal error: {type(exc).__name__}: {exc}"
 
     def _evict_until_accepted(self, ev: _Eviction) -> None:
         backoff = PDB_BACKOFF_START

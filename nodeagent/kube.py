@@ -92,21 +92,31 @@ def _load_configuration(kubeconfig: str | None) -> Any:
 
     cfg = client.Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")
+    if path is not None and not path.strip():
+        raise KubeConfigError("KUBECONFIG: empty value (unset it, or name a kubeconfig file)")
     try:
         if path:
-            if not Path(path).is_file():
-                raise KubeConfigError(f"kubeconfig {path}: no such file")
+            check_kubeconfig(Path(path))
             config.load_kube_config(config_file=path, client_configuration=cfg)
         elif Path("~/.kube/config").expanduser().is_file():
+            path = "~/.kube/config"
+            check_kubeconfig(Path(path).expanduser())
             config.load_kube_config(client_configuration=cfg)
         elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            path = "(in-cluster service account)"
             config.load_incluster_config(client_configuration=cfg)
         else:
             raise KubeConfigError(
                 "no kubeconfig: pass --kubeconfig, set KUBECONFIG, or run in a pod"
             )
     except config.ConfigException as exc:
-        raise KubeConfigError(f"kubeconfig {path or '~/.kube/config'}: {exc}") from None
+        raise KubeConfigError(f"kubeconfig {path}: {_one_line(exc)}") from None
+    except (ValueError, TypeError, KeyError, AttributeError, OSError) as exc:
+        # The client library assumes a well-formed file; anything it trips over in
+        # one that passed check_kubeconfig (bad base64, a field of the wrong type, an
+        # unreadable certificate file) is still the file's fault, not ours.
+        why = _one_line(exc) or type(exc).__name__
+        raise KubeConfigError(f"kubeconfig {path}: unusable credentials: {why}") from None
     cfg.connection_pool_maxsize = POOL_SIZE
     if not cfg.verify_ssl:
         import logging
@@ -118,6 +128,79 @@ def _load_configuration(kubeconfig: str | None) -> Any:
         warnings.simplefilter("ignore", InsecureRequestWarning)
         logging.getLogger(__name__).warning("kubeconfig disables TLS verification")
     return cfg
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def _yaml_kind(doc: Any) -> str:
+    return {str: "a string", list: "a list", int: "a number", float: "a number"}.get(
+        type(doc), type(doc).__name__
+    )
+
+
+def check_kubeconfig(path: Path) -> None:
+    """Refuse a file that is not a kubeconfig with one line naming it and the fault.
+
+    The client library would raise TypeError, UnicodeDecodeError and the like from
+    deep inside on random bytes or a YAML scalar; these checks run first.
+    """
+    import yaml
+
+    if not path.is_file():
+        raise KubeConfigError(
+            f"kubeconfig {path}: {'not a file' if path.exists() else 'no such file'}"
+        )
+    try:
+        text = path.read_bytes().decode("utf-8")
+        doc = yaml.safe_load(text)
+    except OSError as exc:
+        raise KubeConfigError(f"kubeconfig {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise KubeConfigError(
+            f"kubeconfig {path}: not a text file (invalid UTF-8 at byte {exc.start})"
+        ) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or _one_line(exc)
+        raise KubeConfigError(f"kubeconfig {path}: not YAML{where}: {problem}") from None
+    if doc is None:
+        raise KubeConfigError(f"kubeconfig {path}: empty file")
+    if not isinstance(doc, dict):
+        raise KubeConfigError(
+            f"kubeconfig {path}: not a kubeconfig: the top level is {_yaml_kind(doc)}, "
+            "expected a mapping with clusters, users and contexts"
+        )
+    for key in ("clusters", "users", "contexts"):
+        entries = doc.get(key)
+        if entries is not None and not (
+            isinstance(entries, list) and all(isinstance(e, dict) for e in entries)
+        ):
+            raise KubeConfigError(
+                f"kubeconfig {path}: {key} is {_yaml_kind(entries)}, expected a list of entries"
+            )
+        for entry in entries or []:
+            _check_embedded_data(path, key, entry)
+
+
+def _check_embedded_data(path: Path, key: str, entry: JSON) -> None:
+    """`*-data` fields (certificates, keys) must be base64: the client decodes them
+    later and would only say "Incorrect padding"."""
+    import base64
+    import binascii
+
+    body = entry.get(key.rstrip("s")) or {}
+    for field_name, value in body.items() if isinstance(body, dict) else ():
+        if not field_name.endswith("-data"):
+            continue
+        try:
+            base64.b64decode(str(value), validate=True)
+        except (binascii.Error, ValueError):
+            raise KubeConfigError(
+                f"kubeconfig {path}: {key} entry {entry.get('name')!r}: {field_name} is not base64"
+            ) from None
 
 
 class Kube:
