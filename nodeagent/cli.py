@@ -104,6 +104,7 @@ FLAGS = {
     "drain.deadline": "--deadline",
     "drain.force_after_deadline": "--force-after-deadline",
     "drain.do_not_disrupt_ceiling": "--do-not-disrupt-ceiling",
+    "drain.finished_pods": "--finished-pods",
 }
 
 
@@ -212,6 +213,11 @@ def _progress_printer() -> Callable[[str], None]:
     help="How long karpenter.sh/do-not-disrupt pods may finish on their own.",
 )
 @click.option(
+    "--finished-pods",
+    metavar="keep|delete",
+    help="Succeeded/Failed pods: keep them (default) or delete them as kubectl drain does.",
+)
+@click.option(
     "--reason",
     default="manual",
     show_default=True,
@@ -222,8 +228,9 @@ def _progress_printer() -> Callable[[str], None]:
 def drain(reason: str, dry_run: bool, **params: Any) -> None:
     """Cordon the node and evict its pods, respecting PodDisruptionBudgets.
 
-    DaemonSet, static and finished pods stay. Lowest priority goes first,
-    system-critical pods last. Exits 3 if the deadline passes with pods left.
+    DaemonSet, static and (unless --finished-pods delete) finished pods stay.
+    Lowest priority goes first, system-critical pods last. Exits 3 if pods are
+    left: the deadline passed, or pods are held on the node by finalizers.
     """
     cfg = build_config(
         params,
@@ -231,10 +238,12 @@ def drain(reason: str, dry_run: bool, **params: Any) -> None:
             "drain.deadline": params.pop("deadline"),
             "drain.force_after_deadline": params.pop("force_after_deadline"),
             "drain.do_not_disrupt_ceiling": params.pop("do_not_disrupt_ceiling"),
+            "drain.finished_pods": params.pop("finished_pods"),
         },
     )
     from nodeagent.drain import Drain, DrainOptions
     from nodeagent.kube import Kube
+    from nodeagent.podfilter import FinishedPods
     from nodeagent.report import EventRecorder
 
     kube = Kube.from_kubeconfig(cfg.kubeconfig or None)
@@ -245,6 +254,7 @@ def drain(reason: str, dry_run: bool, **params: Any) -> None:
         force_after_deadline=cfg.drain.force_after_deadline,
         dry_run=dry_run,
         concurrency=cfg.drain.concurrency,
+        finished_pods=FinishedPods(cfg.drain.finished_pods),
     )
     events = EventRecorder(kube, cfg.node_name, enabled=not dry_run)
     result = Drain(kube, cfg.node_name, options, events, _progress_printer()).run()

@@ -26,6 +26,7 @@ from typing import Any
 POLICIES = ("drain", "cordon", "none")
 LOG_FORMATS = ("text", "json")
 EVACUATE_POLICIES = ("Ignore", "NoSchedule", "Evacuate")
+FINISHED_PODS = ("keep", "delete")  # nodeagent.podfilter.FinishedPods
 
 # A Node name is a DNS subdomain (RFC 1123), as the API server validates it.
 _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -71,6 +72,8 @@ class DrainConfig:
     do_not_disrupt_ceiling: float = duration("60s")
     force_after_deadline: bool = False
     concurrency: int = 32
+    # Succeeded/Failed pods: keep them, or delete them as kubectl drain does.
+    finished_pods: str = choice("keep", FINISHED_PODS)
 
 
 @dataclass

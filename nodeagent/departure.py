@@ -28,6 +28,7 @@ from nodeagent.drain import Drain, DrainOptions, DrainResult
 from nodeagent.evacuate import REASON as EVACUATE
 from nodeagent.evacuate import Evacuator, outcome_condition, requested
 from nodeagent.kube import Kube, KubeError
+from nodeagent.podfilter import FinishedPods
 from nodeagent.report import EventRecorder
 
 log = logging.getLogger(__name__)
@@ -257,6 +258,7 @@ class Departure:
             force_after_deadline=self.cfg.shutdown.force_after_deadline,
             force_grace_seconds=1,
             concurrency=self.cfg.drain.concurrency,
+            finished_pods=FinishedPods(self.cfg.drain.finished_pods),
             finish_grace=FINISH_GRACE,
         )
 

@@ -6,6 +6,10 @@ jittered backoff; 429 without a PDB cause: rate limited, honour Retry-After; 500
 several PDBs: report and stop hammering; 404/409: the pod is already gone). A pod
 counts as gone when a pod with its UID no longer runs on the node, as seen by a
 watch of the node's pods, never by sleeping.
+
+A pod whose object stays on the node is never counted as evicted: held by finalizers
+after its containers stopped, or stuck terminating past its grace period, it is
+reported as left (with the finalizers), the outcome says so and the exit code is 3.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from enum import IntEnum
+from datetime import datetime
+from enum import Enum, IntEnum
 
 from nodeagent import cordon as fence
 from nodeagent import podfilter
@@ -29,7 +34,8 @@ from nodeagent.watch import Reflector
 
 log = logging.getLogger(__name__)
 
-# kubectl and the DESIGN agree: a pod this far past its grace is stuck, not leaving.
+# A pod this far past its grace period is not leaving by itself: the drain stops
+# waiting for it (and reports it as left).
 STUCK_AFTER_GRACE = 30.0
 PDB_BACKOFF_START = 1.0
 PDB_BACKOFF_MAX = 10.0
@@ -63,6 +69,8 @@ class DrainOptions:
     # The agent's own marker with one of these reasons, written in this boot, is left
     # alone (an evacuation never takes over a shutdown's cordon).
     keep_marker_reasons: tuple[str, ...] = ()
+    stuck_after: float = STUCK_AFTER_GRACE
+    finished_pods: podfilter.FinishedPods = podfilter.FinishedPods.KEEP
 
 
 @dataclass
@@ -81,23 +89,75 @@ class PodOutcome:
 @dataclass
 class DrainResult:
     node: str
-    outcome: str = "drained"  # drained | forced | timed-out | cancelled | dry-run
+    # drained | forced | timed-out | incomplete (pods held or stuck) | cancelled | dry-run
+    outcome: str = "drained"
     seconds: float = 0.0
     cordoned: bool = False
     evicted: list[PodOutcome] = field(default_factory=list)
     skipped: list[PodOutcome] = field(default_factory=list)
-    blocked: list[PodOutcome] = field(default_factory=list)
+    blocked: list[PodOutcome] = field(default_factory=list)  # every pod left, and why
     forced: list[PodOutcome] = field(default_factory=list)
     warnings: list[PodOutcome] = field(default_factory=list)
 
     @property
     def exit_code(self) -> ExitCode:
-        return ExitCode.DEADLINE if self.outcome == "timed-out" else ExitCode.OK
+        return ExitCode.DEADLINE if self.blocked else ExitCode.OK
 
     @property
     def blocking_pdbs(self) -> list[str]:
         found = (re.search(r"PDB (\S+)", p.detail) for p in self.blocked)
         return sorted({m.group(1) for m in found if m})
+
+
+class PodState(Enum):
+    """Where an evicted pod is, for the drain's purpose."""
+
+    PRESENT = "present"  # still there and expected to go: wait for it
+    GONE = "gone"  # off the node (or finished, with nothing keeping the object)
+    HELD = "held"  # its containers stopped, but finalizers keep the object
+    STUCK = "stuck"  # past its grace period by stuck_after and still there
+
+
+def _timestamp(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def pod_state(
+    pod: JSON | None,
+    now: float,
+    stuck_after: float,
+    finished: podfilter.FinishedPods = podfilter.FinishedPods.KEEP,
+) -> PodState:
+    """Decide from the pod as watched (None: no pod with that UID on the node).
+    With FinishedPods.DELETE a finished pod is not done with until it is deleted."""
+    if pod is None:
+        return PodState.GONE
+    meta = pod["metadata"]
+    finalizers = meta.get("finalizers") or []
+    deleted_at = meta.get("deletionTimestamp")
+    if not deleted_at and podfilter.is_finished(pod) and finished is podfilter.FinishedPods.DELETE:
+        return PodState.PRESENT
+    if podfilter.is_finished(pod) and not (deleted_at and finalizers):
+        return PodState.GONE  # nothing runs, and nothing keeps a deleted object
+    if not deleted_at:
+        return PodState.PRESENT
+    # deletionTimestamp is when the grace period ends; the kubelet's last delete
+    # (grace 0, containers stopped) moves it to that moment.
+    if now <= _timestamp(deleted_at) + stuck_after:
+        return PodState.PRESENT
+    stopped = podfilter.is_finished(pod) or meta.get("deletionGracePeriodSeconds") == 0
+    return PodState.HELD if finalizers and stopped else PodState.STUCK
+
+
+def left_detail(pod: JSON, state: PodState, now: float) -> str:
+    """Why a pod that is still on the node is there, in words for the summary."""
+    finalizers = ", ".join(pod["metadata"].get("finalizers") or [])
+    held = f"held by finalizers {finalizers}" if finalizers else ""
+    if state is PodState.HELD:
+        return f"{held} after its containers stopped"
+    past = now - _timestamp(pod["metadata"]["deletionTimestamp"])
+    stuck = f"stuck terminating {past:.0f}s past its grace period"
+    return f"{stuck}; {held}" if held else stuck
 
 
 def _outcome(pod: JSON, detail: str = "") -> PodOutcome:
@@ -218,7 +278,7 @@ class Drain:
     def _plan(self, pods: list[JSON]) -> list[JSON]:
         evict = []
         for pod in sorted(pods, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])):
-            why = podfilter.skip_reason(pod)
+            why = podfilter.skip_reason(pod, self.opts.finished_pods)
             if why:
                 self.result.skipped.append(_outcome(pod, why))
                 continue
@@ -283,29 +343,49 @@ class Drain:
         return batch
 
     def _finish(self, node: JSON, evictions: list[_Eviction]) -> None:
-        left = [e for e in evictions if not self._gone(e)]
-        self.result.evicted = [e.outcome for e in evictions if e.accepted or self._gone(e)]
+        states = {id(e): self._state(e) for e in evictions}
+        gone = [e for e in evictions if states[id(e)] is PodState.GONE]
+        left = [e for e in evictions if states[id(e)] is not PodState.GONE]
+        self.result.evicted = [e.outcome for e in gone]
         if self._cancelled.is_set():
+            self.result.evicted += [e.outcome for e in left if e.accepted]
             self.result.outcome = "cancelled"
             return
+        waiting = [e for e in left if states[id(e)] is PodState.PRESENT]
         for ev in left:
-            ev.outcome.detail = ev.outcome.detail or "still terminating"
-        if left and self.opts.force_after_deadline:
-            self._force(left)
+            self._describe_left(ev, states[id(ev)])
+        if waiting and self.opts.force_after_deadline:
+            self._force(waiting)
             left = [e for e in left if e.outcome not in self.result.forced]
         self.result.blocked = [e.outcome for e in left]
-        if left:
+        if waiting and left:
             self.result.outcome = "timed-out"
+        elif left:
+            self.result.outcome = "incomplete"
         else:
             self.result.outcome = "forced" if self.result.forced else "drained"
         self._report_end(node)
 
+    def _describe_left(self, ev: _Eviction, state: PodState) -> None:
+        pod = self._pods.objects.get(ev.outcome.uid)
+        if pod is None:
+            return
+        if state is not PodState.PRESENT:
+            ev.outcome.detail = left_detail(pod, state, time.time())
+            return
+        ev.outcome.detail = ev.outcome.detail or "still terminating"
+        finalizers = pod["metadata"].get("finalizers") or []
+        if finalizers:
+            ev.outcome.detail += f"; finalizers {', '.join(finalizers)}"
+
     def _report_end(self, node: JSON) -> None:
+        left = ", ".join(f"{p.ref} ({p.detail})" for p in self.result.blocked)
         if not self.result.blocked:
             self._node_event(node, "Drained", f"Drained in {time.monotonic() - self._start:.1f}s")
-        else:
-            left = ", ".join(f"{p.ref} ({p.detail})" for p in self.result.blocked)
+        elif self.result.outcome == "timed-out":
             self._node_event(node, "DrainTimedOut", f"Deadline reached; left: {left}", WARNING)
+        else:
+            self._node_event(node, "DrainIncomplete", f"Pods left on the node: {left}", WARNING)
         if self.result.cordoned:
             try:
                 fence.record_result(self.kube, self.node_name, self.result.outcome)
@@ -314,25 +394,13 @@ class Drain:
 
     # -- waiting --------------------------------------------------------------
 
+    def _state(self, ev: _Eviction) -> PodState:
+        pod = self._pods.objects.get(ev.outcome.uid)
+        return pod_state(pod, time.time(), self.opts.stuck_after, self.opts.finished_pods)
+
     def _gone(self, ev: _Eviction) -> bool:
-        uid = ev.outcome.uid
-        current = self._pods.objects.get(uid)
-        if current is None:
-            return True
-        if (current.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            return True
-        return self._stuck_terminating(current)
-
-    @staticmethod
-    def _stuck_terminating(pod: JSON) -> bool:
-        meta = pod["metadata"]
-        if not meta.get("deletionTimestamp"):
-            return False
-        from datetime import datetime
-
-        deleted = datetime.fromisoformat(meta["deletionTimestamp"].replace("Z", "+00:00"))
-        grace = float(meta.get("deletionGracePeriodSeconds") or 0)
-        return time.time() > deleted.timestamp() + grace + STUCK_AFTER_GRACE
+        """Nothing more to wait for (the pod may still be left: see _state)."""
+        return self._state(ev) is not PodState.PRESENT
 
     def _wait_gone(self, batch: list[_Eviction], until: float) -> None:
         def done() -> bool:
@@ -471,7 +539,11 @@ class Drain:
             except KubeError as exc:
                 ev.outcome.detail = f"delete failed: {exc}"
                 continue
+            held = (self._pods.objects.get(ev.outcome.uid) or {}).get("metadata", {})
+            finalizers = ", ".join(held.get("finalizers") or [])
             ev.outcome.detail = f"deleted after deadline (was: {ev.outcome.detail or 'waiting'})"
+            if finalizers:  # the delete cannot remove the object: it is still left
+                continue
             self.result.forced.append(ev.outcome)
             self._pod_event(
                 ev,

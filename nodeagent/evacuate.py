@@ -23,6 +23,7 @@ from nodeagent import cordon as fence
 from nodeagent.config import Config, EvacuateConfig
 from nodeagent.drain import Drain, DrainOptions, DrainResult
 from nodeagent.kube import JSON, Kube, KubeError
+from nodeagent.podfilter import FinishedPods
 from nodeagent.report import EventRecorder
 
 log = logging.getLogger(__name__)
@@ -173,6 +174,7 @@ class Evacuator:
             do_not_disrupt_ceiling=self.cfg.drain.do_not_disrupt_ceiling,
             force_after_deadline=self.cfg.drain.force_after_deadline,
             concurrency=self.cfg.drain.concurrency,
+            finished_pods=FinishedPods(self.cfg.drain.finished_pods),
             keep_marker_reasons=fence.GOING_DOWN,
         )
         drain = Drain(self.kube, self.cfg.node_name, options, self.events, self._progress)
@@ -187,7 +189,7 @@ class Evacuator:
             with self._wake:
                 self._drain = None
         self._report(result)
-        if result.outcome == "timed-out":
+        if result.blocked:  # the deadline passed, or pods are held or stuck
             self._retry_at = time.monotonic() + RETRY_BLOCKED
         elif result.outcome in ("drained", "forced") and not result.cordoned:
             self._person_cordon_drained = True
@@ -228,7 +230,7 @@ def outcome_condition(reason: str, result: DrainResult) -> conditions.Condition:
     """NodeAgentDrained for how a drain ended."""
     if result.outcome in ("drained", "forced"):
         return conditions.drained(reason, result.seconds)
-    if result.outcome == "timed-out":
+    if result.blocked:  # timed-out or incomplete: name every pod left and why
         pods = [f"{p.ref} ({p.detail})" for p in result.blocked]
         return conditions.blocked(reason, result.blocking_pdbs, pods)
     return conditions.not_draining(f"Drain for {reason} {result.outcome}")

@@ -2,14 +2,23 @@
 
 Each filter looks at one pod and either lets it through (None) or says why the drain
 leaves it alone. The rules match `kubectl drain --ignore-daemonsets
---delete-emptydir-data`: DaemonSet, mirror (static) and finished pods stay; every
-other pod goes, and pods with emptyDir data or no controller are reported.
+--delete-emptydir-data --force` (kubectl 1.35, staging/src/k8s.io/kubectl/pkg/drain/
+filters.go): DaemonSet and mirror (static) pods stay; every other pod goes, and pods
+with emptyDir data or no controller are reported.
+
+Finished pods (Succeeded, Failed) are the one chosen difference, by default:
+kubectl's unreplicated and local-storage filters let them go, so `kubectl drain`
+deletes them; the agent keeps them (FinishedPods.KEEP). They run nothing and count
+against no budget, so deleting them frees nothing for a reboot, while it loses a Job's
+history and logs and a bare pod's only record of why it failed; the pod GC and Job
+TTLs already own their lifetime. FinishedPods.DELETE does what kubectl does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 
 from nodeagent.kube import JSON
 
@@ -20,6 +29,13 @@ CRITICAL_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"}
 CRITICAL_PRIORITY = 2_000_000_000
 
 Filter = Callable[[JSON], str | None]
+
+
+class FinishedPods(Enum):
+    """What a drain does with Succeeded and Failed pods."""
+
+    KEEP = "keep"  # leave them (default)
+    DELETE = "delete"  # evict them, as kubectl drain does
 
 
 def controller_of(pod: JSON) -> JSON | None:
@@ -38,17 +54,22 @@ def skip_mirror(pod: JSON) -> str | None:
     return "static (mirror) pod" if MIRROR in (pod["metadata"].get("annotations") or {}) else None
 
 
+def is_finished(pod: JSON) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
 def skip_finished(pod: JSON) -> str | None:
-    phase = (pod.get("status") or {}).get("phase")
-    return f"finished ({phase})" if phase in ("Succeeded", "Failed") else None
+    return f"finished ({pod['status']['phase']})" if is_finished(pod) else None
 
 
 FILTERS: tuple[Filter, ...] = (skip_mirror, skip_daemonset, skip_finished)
 
 
-def skip_reason(pod: JSON) -> str | None:
+def skip_reason(pod: JSON, finished: FinishedPods = FinishedPods.KEEP) -> str | None:
     """Why the drain leaves `pod` alone, or None if it must go."""
     for check in FILTERS:
+        if check is skip_finished and finished is FinishedPods.DELETE:
+            continue
         why = check(pod)
         if why:
             return why
@@ -56,7 +77,10 @@ def skip_reason(pod: JSON) -> str | None:
 
 
 def warnings(pod: JSON) -> list[str]:
-    """Things worth telling the operator about a pod that is evicted anyway."""
+    """Things worth telling the operator about a pod that is evicted anyway (nothing
+    for a finished pod: its data and its process are already gone, as kubectl says)."""
+    if is_finished(pod):
+        return []
     notes = []
     if any("emptyDir" in v for v in pod["spec"].get("volumes") or []):
         notes.append("emptyDir data will be lost")

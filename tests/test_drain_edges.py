@@ -1,0 +1,263 @@
+"""Drain edges: finished pods (compared with the kubectl the project builds) and pods
+that stay on the node after their eviction (finalizers)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from nodeagent.drain import Drain, DrainOptions, PodState, pod_state
+from nodeagent.evacuate import outcome_condition
+from nodeagent.kube import JSON, Kube, pods_path
+from nodeagent.podfilter import FinishedPods, controller_of
+from nodeagent.report import EventRecorder
+from nodeagent.summary import render
+from tests import kubeutil as ku
+
+HOLD = "test.nodeagent.io/hold"
+
+
+@dataclass
+class Zoo:
+    kube: Kube
+    group: str
+    node: str
+    spare: str
+
+    @property
+    def ns(self) -> str:
+        return self.group
+
+
+def set_phase(kube: Kube, ns: str, name: str, phase: str) -> None:
+    kube.merge_patch(pods_path(ns, name) + "/status", {"status": {"phase": phase}})
+
+
+def job(kube: Kube, ns: str, name: str, group: str) -> None:
+    spec = ku.pod_spec(group, restartPolicy="Never")
+    body = {
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"backoffLimit": 0, "template": {"spec": spec}},
+    }
+    kube.post(f"/apis/batch/v1/namespaces/{ns}/jobs", body)
+
+
+def pods_named(kube: Kube, node: str, prefix: str) -> list[JSON]:
+    return [p for p in ku.pods_on(kube, node) if p["metadata"]["name"].startswith(prefix)]
+
+
+def kind(pod: JSON) -> str:
+    """A pod as its kind and phase, the same on every zoo (names carry hashes)."""
+    ref = controller_of(pod)
+    owner = str(ref["kind"]) if ref else pod["metadata"]["name"]
+    return f"{owner}/{(pod.get('status') or {}).get('phase')}"
+
+
+def make_zoo(cluster: Any, kube: Kube) -> Zoo:
+    """One of each kind of pod kubectl's filters tell apart, finished ones included."""
+    group, node, spare = ku.node_pair(cluster, kube, "zoo")
+    zoo = Zoo(kube, group, node, spare)
+    ku.deployment(kube, zoo.ns, "web", group, 1)
+    ku.deployment(kube, zoo.ns, "flaky", group, 1)
+    ku.daemonset(kube, zoo.ns, "logs", group)
+    job(kube, zoo.ns, "batch", group)
+    ku.bare_pod(kube, zoo.ns, "bare", node)
+    ku.bare_pod(kube, zoo.ns, "scratch", node, volumes=[{"name": "t", "emptyDir": {}}])
+    ku.bare_pod(kube, zoo.ns, "done", node)
+    ku.bare_pod(kube, zoo.ns, "failed", node, volumes=[{"name": "t", "emptyDir": {}}])
+    mirror = {"kubernetes.io/config.mirror": "hash", "kubernetes.io/config.source": "file"}
+    ku.bare_pod(kube, zoo.ns, "static", node, annotations=mirror)
+    ku.wait_running(kube, node, 9)
+    set_phase(kube, zoo.ns, "done", "Succeeded")
+    set_phase(kube, zoo.ns, "failed", "Failed")
+    set_phase(kube, zoo.ns, pods_named(kube, node, "batch-")[0]["metadata"]["name"], "Succeeded")
+    # A ReplicaSet's failed pod stays beside its replacement.
+    set_phase(kube, zoo.ns, pods_named(kube, node, "flaky-")[0]["metadata"]["name"], "Failed")
+    ku.wait_until(lambda: len(ku.running(pods_named(kube, node, "flaky-"))) == 1, 30, "flaky")
+    ku.wait_until(lambda: all(not p["metadata"].get("finalizers") for p in pods_named(
+        kube, node, "batch-")), 30, "the Job controller's finalizer removed")  # fmt: skip
+    return zoo
+
+
+def left_on(zoo: Zoo) -> Counter[str]:
+    return Counter(kind(p) for p in ku.pods_on(zoo.kube, zoo.node))
+
+
+FINISHED = Counter(
+    {"done/Succeeded": 1, "failed/Failed": 1, "Job/Succeeded": 1, "ReplicaSet/Failed": 1}
+)
+
+
+def kubectl(cluster: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [str(cluster.bin_dir / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def test_finished_pods_kept_by_default_deleted_as_kubectl_does_on_request(
+    cluster: Any, kube: Kube, admin_kubeconfig: str
+) -> None:
+    ours, theirs = make_zoo(cluster, kube), make_zoo(cluster, kube)
+    assert left_on(ours) == left_on(theirs)
+    # What kubectl would evict is what `--finished-pods delete` would.
+    flags = ["--ignore-daemonsets", "--delete-emptydir-data", "--force"]
+    plan = kubectl(cluster, "drain", ours.node, *flags, "--dry-run=client")
+    assert plan.returncode == 0, plan.stderr
+    would = {m for m in re.findall(rf"evicting pod {ours.ns}/(\S+)", plan.stdout)}
+    kinds = {p["metadata"]["name"]: kind(p) for p in ku.pods_on(kube, ours.node)}
+    res = ku.run_agent(
+        "drain", "--node", ours.node, "--kubeconfig", admin_kubeconfig, "--dry-run",
+        "--finished-pods", "delete",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert set(re.findall(rf"would evict: {ours.ns}/(\S+)", res.stdout)) == would
+    assert Counter(kinds[n] for n in would) >= FINISHED
+
+    # For real: kubectl on one zoo, the agent on the other, first with the default.
+    ku.open_node(kube, ours.spare)
+    ku.open_node(kube, theirs.spare)
+    done = kubectl(cluster, "drain", theirs.node, *flags, "--timeout=90s")
+    assert done.returncode == 0, done.stderr
+    res = ku.run_agent("drain", "--node", ours.node, "--kubeconfig", admin_kubeconfig)
+    assert res.returncode == 0, res.stderr
+    assert "finished (Succeeded): 2, finished (Failed): 2" in res.stdout, res.stdout
+    assert left_on(ours) == left_on(theirs) + FINISHED
+    res = ku.run_agent(
+        "drain", "--node", ours.node, "--kubeconfig", admin_kubeconfig, "--finished-pods", "delete"
+    )
+    assert res.returncode == 0, res.stderr
+    assert (
+        left_on(ours) == left_on(theirs) == Counter({"DaemonSet/Running": 1, "static/Running": 1})
+    )
+
+
+def test_finished_pods_flag_refuses_other_values() -> None:
+    res = ku.run_agent("drain", "--node", "n1", "--finished-pods", "drop")
+    assert res.returncode == 2
+    assert res.stderr == (
+        "nodeagent: error: --finished-pods: bad value 'drop' (one of: keep, delete)\n"
+    )
+
+
+# -- pods held on the node by finalizers ------------------------------------------------
+
+
+def held_pod(kube: Kube, ns: str, name: str, node: str) -> JSON:
+    pod = ku.bare_pod(kube, ns, name, node)
+    kube.merge_patch(pods_path(ns, name), {"metadata": {"finalizers": [HOLD]}})
+    return pod
+
+
+def release(kube: Kube, ns: str, name: str) -> None:
+    kube.merge_patch(pods_path(ns, name), {"metadata": {"finalizers": None}})
+
+
+T0 = 1_800_000_000.0
+
+
+def stamp(seconds: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def pod(
+    phase: str = "Running",
+    deleted_at: float | None = None,
+    grace: int | None = None,
+    finalizers: tuple[str, ...] = (),
+) -> JSON:
+    meta: JSON = {"name": "p", "namespace": "ns", "uid": "u"}
+    if deleted_at is not None:
+        meta["deletionTimestamp"] = stamp(deleted_at)
+        meta["deletionGracePeriodSeconds"] = grace
+    if finalizers:
+        meta["finalizers"] = list(finalizers)
+    return {"metadata": meta, "spec": {}, "status": {"phase": phase}}
+
+
+@pytest.mark.parametrize(
+    ("obj", "now", "state"),
+    [
+        (None, T0, PodState.GONE),
+        (pod(), T0, PodState.PRESENT),
+        (pod("Succeeded"), T0, PodState.GONE),
+        (pod("Failed", T0, 0), T0, PodState.GONE),  # the kubelet's last delete: going
+        (pod("Running", T0, 30), T0 + 10, PodState.PRESENT),  # within its grace
+        (pod("Running", T0, 30), T0 + 31, PodState.STUCK),  # no kubelet: past grace
+        (pod("Running", T0, 30, (HOLD,)), T0 + 31, PodState.STUCK),  # still running
+        (pod("Running", T0, 0, (HOLD,)), T0 + 1, PodState.PRESENT),  # a finalizer's owner
+        (pod("Running", T0, 0, (HOLD,)), T0 + 31, PodState.HELD),  # may be just slow
+        (pod("Failed", T0, 0, (HOLD,)), T0 + 10, PodState.PRESENT),
+        (pod("Failed", T0, 0, (HOLD,)), T0 + 31, PodState.HELD),
+        (pod("Succeeded", None, None, (HOLD,)), T0, PodState.GONE),  # finished on its own
+    ],
+)
+def test_pod_state(obj: JSON | None, now: float, state: PodState) -> None:
+    assert pod_state(obj, now, stuck_after=30) is state
+
+
+@pytest.mark.parametrize(
+    ("obj", "state"),
+    [
+        (pod("Succeeded"), PodState.PRESENT),  # to be evicted, then waited for
+        (pod("Failed", T0, 0), PodState.GONE),
+        (pod("Failed", T0, 0, (HOLD,)), PodState.PRESENT),
+        (pod(), PodState.PRESENT),
+    ],
+)
+def test_pod_state_when_finished_pods_go(obj: JSON, state: PodState) -> None:
+    assert pod_state(obj, T0 + 1, stuck_after=30, finished=FinishedPods.DELETE) is state
+
+
+def test_pod_held_by_finalizer_is_left_not_evicted(cluster: Any, kube: Kube) -> None:
+    """Past its grace the drain stops waiting for it, and says it is still there."""
+    group, node, _ = ku.node_pair(cluster, kube, "held")
+    ku.bare_pod(kube, group, "free", node)
+    held_pod(kube, group, "held", node)
+    ku.wait_running(kube, node, 2)
+    try:
+        events = EventRecorder(kube, node)
+        result = Drain(kube, node, DrainOptions(deadline=30, stuck_after=2), events).run()
+        events.flush()
+        assert ku.exists(kube, pods_path(group, "held"))
+    finally:
+        release(kube, group, "held")
+    assert result.outcome == "incomplete"
+    assert int(result.exit_code) == 3
+    assert [p.name for p in result.evicted] == ["free"]
+    assert [(p.name, p.detail) for p in result.blocked] == [
+        ("held", f"held by finalizers {HOLD} after its containers stopped")
+    ]
+    first = render(result).splitlines()[0]
+    assert re.fullmatch(
+        rf"node {node}: incomplete in [\d.]+s \(evicted 1, skipped 0, blocked 1, forced 0\)",
+        first,
+    ), first
+    cond = outcome_condition("manual", result)
+    assert (cond.status, cond.reason) == ("False", "Blocked")
+    assert f"left: {group}/held (held by finalizers {HOLD} after" in cond.message
+    reasons = {e["reason"]: e["message"] for e in ku.node_events(kube, node)}
+    assert HOLD in reasons["DrainIncomplete"]
+
+
+def test_cli_names_the_finalizers_left_at_the_deadline(
+    cluster: Any, kube: Kube, admin_kubeconfig: str
+) -> None:
+    group, node, _ = ku.node_pair(cluster, kube, "held")
+    held_pod(kube, group, "held", node)
+    ku.wait_running(kube, node, 1)
+    try:
+        res = ku.run_agent(
+            "drain", "--node", node, "--kubeconfig", admin_kubeconfig, "--deadline", "3s",
+            "--force-after-deadline",
+        )  # fmt: skip
+    finally:
+        release(kube, group, "held")
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert "timed-out" in res.stdout and "blocked 1, forced 0" in res.stdout, res.stdout
+    assert f"blocked: {group}/held (" in res.stdout and f"finalizers {HOLD}" in res.stdout
