@@ -201,6 +201,38 @@ def test_minted_identity_is_forbidden(cluster: Cluster, tmp_path: Path) -> None:
     assert "alice" in str(err.value)
 
 
+def test_kubelet_identity_is_confined_to_its_node(cluster: Cluster, tmp_path: Path) -> None:
+    """The API server runs as kubeadm runs it: Node authorizer and NodeRestriction."""
+    node = Kube(cluster.mint_node_kubeconfig(NODES[0], tmp_path / "kubelet.kubeconfig"))
+    assert node.get(f"/api/v1/nodes/{NODES[0]}")["metadata"]["name"] == NODES[0]
+    with pytest.raises(ApiError) as read_other:
+        node.get(f"/api/v1/nodes/{NODES[1]}")
+    assert read_other.value.status == 403
+    with pytest.raises(ApiError) as taint_self:
+        node.patch(
+            f"/api/v1/nodes/{NODES[0]}",
+            {"spec": {"taints": [{"key": "x", "effect": "NoSchedule"}]}},
+        )
+    assert taint_self.value.status == 403  # NodeRestriction: a node may not taint itself
+    with pytest.raises(ApiError) as pdbs:
+        node.get("/apis/policy/v1/poddisruptionbudgets")
+    assert pdbs.value.status == 403
+
+
+def test_admission_as_in_production(cluster: Cluster, kube: Kube) -> None:
+    """ServiceAccount admission mounts a token; PodSecurity enforces a namespace's level."""
+    name = _create_running(kube, _pod(_name("sa")))
+    pod = _get_pod(kube, name) or {}
+    assert any(v["name"].startswith("kube-api-access-") for v in pod["spec"]["volumes"])
+    ns = _name("restricted")
+    labels = {"pod-security.kubernetes.io/enforce": "restricted"}
+    kube.create("/api/v1/namespaces", {"metadata": {"name": ns, "labels": labels}})
+    with pytest.raises(ApiError) as refused:
+        kube.create(f"/api/v1/namespaces/{ns}/pods", _pod("privileged"))
+    assert refused.value.status == 403
+    assert "PodSecurity" in str(refused.value)
+
+
 def _etcd_range_at(cluster: Cluster, revision: int) -> int:
     body = {"key": base64.b64encode(b"/").decode(), "revision": revision}
     req = urllib.request.Request(f"{cluster.etcd_url}/v3/kv/range", json.dumps(body).encode())
