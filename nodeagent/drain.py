@@ -23,11 +23,11 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import Enum, IntEnum
 
 from nodeagent import cordon as fence
-from nodeagent import podfilter
+from nodeagent import grants, podfilter
 from nodeagent.kube import JSON, ApiError, Kube, KubeError, Unreachable, pods_path
 from nodeagent.report import WARNING, EventRecorder
 from nodeagent.watch import Reflector
@@ -441,7 +441,7 @@ class Drain:
     def _evict_until_accepted(self, ev: _Eviction) -> None:
         backoff = PDB_BACKOFF_START
         while not self._stop.is_set() and time.monotonic() < self._deadline:
-            if self._gone(ev):
+            if ev.accepted or self._gone(ev) or self._finish_granted(ev):
                 return
             try:
                 self._post_eviction(ev)
@@ -476,6 +476,8 @@ class Drain:
         namespace = ev.outcome.namespace
         pdb = pdb_name(exc) if exc.status == 429 else None
         if pdb:
+            if self._finish_granted(ev, self._pdb_named(namespace, pdb)):
+                return backoff
             self._blocked(ev, f"PDB {namespace}/{pdb}: {exc.causes[0].get('message', exc)}")
             self._wait_pdb_change(namespace, backoff * random.uniform(0.8, 1.2))
             return min(backoff * 2, PDB_BACKOFF_MAX)
@@ -490,6 +492,40 @@ class Drain:
         ev.outcome.detail = f"eviction failed: {exc}"
         self._sleep(backoff)
         return min(backoff * 2, PDB_BACKOFF_MAX)
+
+    def _finish_granted(self, ev: _Eviction, pdb: JSON | None = None) -> bool:
+        """Delete a pod whose eviction the API server granted but never carried out
+        (an earlier drain was cut off between the two): why that is safe is in
+        nodeagent.grants. True when done."""
+        pod = self._pods.objects.get(ev.outcome.uid)
+        grant = grants.grant_of(pod, pdb) if pod else None
+        if pod is None or grant is None:
+            return False
+        try:
+            if not grants.is_fresh(grant, self.kube.server_time()):
+                return False
+            grants.complete(self.kube, pod)
+        except ApiError as exc:
+            # 404: gone already. 409: another pod, or it changed: judge it again.
+            return exc.status == 404
+        except KubeError as exc:
+            log.info("%s: could not finish its granted eviction: %s", ev.outcome.ref, exc)
+            return False
+        ev.accepted = True
+        ev.outcome.evicted_at = time.monotonic()
+        ev.outcome.detail = ""
+        when = datetime.fromtimestamp(grant.at, UTC).strftime("%H:%M:%SZ")
+        message = f"Finished the eviction granted at {when} ({grant.source}) but never carried out"
+        self.progress(f"{ev.outcome.ref}: {message[0].lower()}{message[1:]}")
+        self._pod_event(ev, "Evicted", message)
+        return True
+
+    def _pdb_named(self, namespace: str, name: str) -> JSON | None:
+        """The PDB from the watch's cache, where PDBs are readable (None otherwise)."""
+        for pdb in self._pdbs.snapshot() if self._pdbs else []:
+            if (pdb["metadata"]["namespace"], pdb["metadata"]["name"]) == (namespace, name):
+                return pdb
+        return None
 
     def _blocked(self, ev: _Eviction, detail: str) -> None:
         ev.outcome.detail = detail

@@ -289,6 +289,17 @@ class Kube:
             raise _api_error(resp.status, resp.reason, resp.data, resp.headers)
         return resp
 
+    def server_time(self) -> float:
+        """The API server's clock (its Date header, whole seconds), for judging the
+        timestamps it writes without trusting this host's clock."""
+        from email.utils import parsedate_to_datetime
+
+        resp = self._call("GET", "/version", None, None, "", (CONNECT_TIMEOUT, READ_TIMEOUT))
+        try:
+            return parsedate_to_datetime(resp.headers["Date"]).timestamp()
+        except (KeyError, TypeError, ValueError):
+            raise KubeError(f"API server {self.host} sent no usable Date header") from None
+
     def get(self, path: str, **query: str) -> JSON:
         return self.request("GET", path, query=query or None)
 

@@ -1,0 +1,97 @@
+"""Evictions the API server granted but never carried out, finished safely.
+
+The eviction handler (pkg/registry/core/pod/storage/eviction.go, Kubernetes 1.35)
+first spends the PodDisruptionBudget (checkAndDecrement: `disruptionsAllowed - 1`,
+`status.disruptedPods[pod] = now`), then writes the pod's `DisruptionTarget`
+condition (reason `EvictionByEvictionAPI`), then deletes the pod, the last two with
+the request's context. An agent killed (or a connection cut) between those writes
+leaves a pod that the budget already counts as gone but that nobody deletes; until
+the disruption controller gives up on the entry (DeletionTimeout, 2 minutes) the
+budget refuses every other eviction it covers, and the drain stalls.
+
+Finishing such an eviction is a DELETE of that pod, and it is safe because it spends
+nothing the budget has not already spent:
+
+- the grant is recognised from what the API server wrote: the pod's condition, which
+  the handler writes only after the budget allowed the eviction, or the PDB's
+  `disruptedPods` entry where PDBs are readable (the kubelet's identity cannot read
+  them, the condition needs no extra permission);
+- it is fresh, judged by the API server's clock (its own timestamps against its Date
+  header), well inside the 2 minutes during which the disruption controller keeps
+  counting the pod as disrupted; after that the pod counts as healthy again, and only
+  a new eviction may take it;
+- the pod is the one granted: no deletionTimestamp, the delete carries its UID and
+  the resourceVersion the decision was made on (a pod changed since, e.g. turned
+  Ready, fails the precondition and is judged again), and with the condition its
+  readiness has not changed since the grant (the handler also lets an unready pod
+  go without spending budget; once Ready again it is protected again);
+- the delete uses the pod's own grace period, as the eviction would have.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from nodeagent.kube import JSON, Kube, pods_path
+
+DISRUPTION_TARGET = "DisruptionTarget"
+BY_EVICTION_API = "EvictionByEvictionAPI"
+# The disruption controller forgets a grant after 2 minutes (DeletionTimeout in
+# pkg/controller/disruption); half of it leaves room for the delete to land.
+FRESH_FOR = 60.0
+# Timestamps and the Date header are whole seconds: a grant may look up to this much
+# younger than the server's "now".
+CLOCK_SLACK = 2.0
+
+
+def _time(text: str | None) -> float | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _condition(pod: JSON, ctype: str) -> JSON:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == ctype:
+            return dict(cond)
+    return {}
+
+
+@dataclass(frozen=True)
+class Grant:
+    at: float  # API server time the eviction was granted
+    source: str  # "condition" | "PDB <name>"
+
+
+def grant_of(pod: JSON, pdb: JSON | None = None) -> Grant | None:
+    """The latest granted eviction of `pod` that was never carried out, or None."""
+    meta = pod["metadata"]
+    if meta.get("deletionTimestamp"):
+        return None  # carried out (or being carried out) already
+    grants = []
+    cond = _condition(pod, DISRUPTION_TARGET)
+    at = _time(cond.get("lastTransitionTime"))
+    if cond.get("status") == "True" and cond.get("reason") == BY_EVICTION_API and at:
+        ready_since = _time(_condition(pod, "Ready").get("lastTransitionTime"))
+        if ready_since is None or ready_since <= at:
+            grants.append(Grant(at, "condition"))
+    if pdb is not None:
+        entry = _time(((pdb.get("status") or {}).get("disruptedPods") or {}).get(meta["name"]))
+        created = _time(meta.get("creationTimestamp"))
+        # Entries are keyed by name: one older than this pod was for a predecessor.
+        if entry and created is not None and created <= entry:
+            grants.append(Grant(entry, f"PDB {pdb['metadata']['name']}"))
+    return max(grants, key=lambda g: g.at, default=None)
+
+
+def is_fresh(grant: Grant, server_now: float) -> bool:
+    return -CLOCK_SLACK <= server_now - grant.at < FRESH_FOR
+
+
+def complete(kube: Kube, pod: JSON) -> None:
+    """Delete the granted pod: same UID, same resourceVersion, its own grace period.
+    Raises ApiError (409: it changed or is another pod; 404: gone)."""
+    meta = pod["metadata"]
+    preconditions = {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]}
+    kube.delete(pods_path(meta["namespace"], meta["name"]), {"preconditions": preconditions})
