@@ -129,6 +129,15 @@ class RejectionConfig:
 
 
 @dataclass
+class LeftoversConfig:
+    """Pods an earlier boot's kubelet shutdown left Failed: delete them after boot."""
+
+    enabled: bool = True  # ReplicaSet-owned pods, once replaced
+    jobs: bool = False  # also Job pods (their history and logs go with them)
+    bare: bool = False  # also bare pods (the failed object is their only record)
+
+
+@dataclass
 class ReportingConfig:
     heartbeat_interval: float = duration("60s", minimum="1s")
     # "" is the one empty value with a meaning: no /metrics and /healthz server.
@@ -145,6 +154,7 @@ class Config:
     uncordon: UncordonConfig = field(default_factory=UncordonConfig)
     evacuate: EvacuateConfig = field(default_factory=EvacuateConfig)
     rejection: RejectionConfig = field(default_factory=RejectionConfig)
+    leftovers: LeftoversConfig = field(default_factory=LeftoversConfig)
     reporting: ReportingConfig = field(default_factory=ReportingConfig)
 
     @property

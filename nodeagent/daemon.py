@@ -180,6 +180,8 @@ class Agent:
             loops.append(Loop("logind", self._hold_logind_lock))
         if self.cfg.rejection.enabled:
             loops.append(Loop("pods", self._watch_pods, NODE_WATCH_SECONDS + 40))
+        if self.cfg.leftovers.enabled:
+            loops.append(Loop("leftovers", self._clean_leftovers, READ_TIMEOUT + 15))
         return loops
 
     def stalled_loops(self) -> list[str]:
@@ -339,6 +341,20 @@ class Agent:
         self.notify.status(message)
         if nodes:
             self.events.node(nodes[0], "UncordonDelayed", message, WARNING)
+
+    def _clean_leftovers(self, stop: threading.Event) -> None:
+        """Once the node is Ready after boot, delete what the last shutdown left."""
+        from nodeagent.leftovers import LeftoverCleaner, boot_time
+
+        loop = self._loop("leftovers")
+        while not _ready(self.mirror.wait(_ready, 1.0) or {}):
+            if stop.is_set():
+                return
+            loop.beat()
+        cleaner = LeftoverCleaner(
+            self.kube, self.node_name, self.cfg.leftovers, self.events, boot_time(), loop.beat
+        )
+        cleaner.run()
 
     def _hold_logind_lock(self, stop: threading.Event) -> None:
         self.departure.hold_logind_lock(stop, self._loop("logind").succeeded)

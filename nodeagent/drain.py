@@ -28,7 +28,7 @@ from enum import Enum, IntEnum
 
 from nodeagent import cordon as fence
 from nodeagent import grants, podfilter
-from nodeagent.kube import JSON, ApiError, Kube, KubeError, Unreachable, pods_path
+from nodeagent.kube import JSON, ApiError, Kube, KubeError, Unreachable, api_time, pods_path
 from nodeagent.report import WARNING, EventRecorder
 from nodeagent.watch import Reflector
 
@@ -118,10 +118,6 @@ class PodState(Enum):
     STUCK = "stuck"  # past its grace period by stuck_after and still there
 
 
-def _timestamp(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
 def pod_state(
     pod: JSON | None,
     now: float,
@@ -143,7 +139,7 @@ def pod_state(
         return PodState.PRESENT
     # deletionTimestamp is when the grace period ends; the kubelet's last delete
     # (grace 0, containers stopped) moves it to that moment.
-    if now <= _timestamp(deleted_at) + stuck_after:
+    if now <= (api_time(deleted_at) or 0.0) + stuck_after:
         return PodState.PRESENT
     stopped = podfilter.is_finished(pod) or meta.get("deletionGracePeriodSeconds") == 0
     return PodState.HELD if finalizers and stopped else PodState.STUCK
@@ -155,7 +151,7 @@ def left_detail(pod: JSON, state: PodState, now: float) -> str:
     held = f"held by finalizers {finalizers}" if finalizers else ""
     if state is PodState.HELD:
         return f"{held} after its containers stopped"
-    past = now - _timestamp(pod["metadata"]["deletionTimestamp"])
+    past = now - (api_time(pod["metadata"]["deletionTimestamp"]) or now)
     stuck = f"stuck terminating {past:.0f}s past its grace period"
     return f"{stuck}; {held}" if held else stuck
 

@@ -31,9 +31,8 @@ nothing the budget has not already spent:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 
-from nodeagent.kube import JSON, Kube, pods_path
+from nodeagent.kube import JSON, Kube, api_time, pods_path
 
 DISRUPTION_TARGET = "DisruptionTarget"
 BY_EVICTION_API = "EvictionByEvictionAPI"
@@ -43,12 +42,6 @@ FRESH_FOR = 60.0
 # Timestamps and the Date header are whole seconds: a grant may look up to this much
 # younger than the server's "now".
 CLOCK_SLACK = 2.0
-
-
-def _time(text: str | None) -> float | None:
-    if not text:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def _condition(pod: JSON, ctype: str) -> JSON:
@@ -71,14 +64,14 @@ def grant_of(pod: JSON, pdb: JSON | None = None) -> Grant | None:
         return None  # carried out (or being carried out) already
     grants = []
     cond = _condition(pod, DISRUPTION_TARGET)
-    at = _time(cond.get("lastTransitionTime"))
+    at = api_time(cond.get("lastTransitionTime"))
     if cond.get("status") == "True" and cond.get("reason") == BY_EVICTION_API and at:
-        ready_since = _time(_condition(pod, "Ready").get("lastTransitionTime"))
+        ready_since = api_time(_condition(pod, "Ready").get("lastTransitionTime"))
         if ready_since is None or ready_since <= at:
             grants.append(Grant(at, "condition"))
     if pdb is not None:
-        entry = _time(((pdb.get("status") or {}).get("disruptedPods") or {}).get(meta["name"]))
-        created = _time(meta.get("creationTimestamp"))
+        entry = api_time(((pdb.get("status") or {}).get("disruptedPods") or {}).get(meta["name"]))
+        created = api_time(meta.get("creationTimestamp"))
         # Entries are keyed by name: one older than this pod was for a predecessor.
         if entry and created is not None and created <= entry:
             grants.append(Grant(entry, f"PDB {pdb['metadata']['name']}"))

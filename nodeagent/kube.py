@@ -349,3 +349,12 @@ def pods_path(namespace: str, name: str = "") -> str:
 
 def node_path(name: str) -> str:
     return f"/api/v1/nodes/{quote(name)}"
+
+
+def api_time(text: str | None) -> float | None:
+    """An API timestamp (RFC 3339, e.g. 2026-11-23T18:01:02Z) as epoch seconds."""
+    if not text:
+        return None
+    from datetime import datetime
+
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()

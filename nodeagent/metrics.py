@@ -54,6 +54,12 @@ WIPES = Counter("nodeagent_wipes", "Node-local state wipes", ["result"], registr
 POD_RECREATIONS = Counter(
     "nodeagent_pod_recreations", "Rejected bare pods re-created", registry=REGISTRY
 )
+LEFTOVERS_DELETED = Counter(
+    "nodeagent_shutdown_leftovers_deleted",
+    "Pods an earlier boot's kubelet shutdown left Failed, deleted after boot",
+    ["owner"],
+    registry=REGISTRY,
+)
 
 
 def loop_succeeded(loop: str) -> None:

@@ -4,7 +4,9 @@ Run: python -m hack.localcluster.kubelet_sim --kubeconfig FILE [--ready-file FIL
 
 Nodes: kept Ready (status every --status-interval, Lease every --lease-interval); nodeInfo
 bootID follows the node annotation sim.nodeagent.io/boot-id (set to a new uuid when absent;
-change it to simulate a reboot).
+change it to simulate a reboot). sim.nodeagent.io/shutdown-at: "<RFC 3339 time>" plays the
+kubelet's graceful node shutdown at that time, once per value: every pod of the node that
+still runs is left Failed/Terminated with DisruptionTarget=True/TerminationByKubelet.
 
 Pods bound to such a node (watch-driven, writes on a thread pool):
 - started at once: Running, Ready, container statuses, podIP, startTime;
@@ -42,6 +44,7 @@ log = logging.getLogger("kubelet-sim")
 
 SIM_LABEL = "nodeagent.io/simulated"
 BOOT_ID = "sim.nodeagent.io/boot-id"
+SHUTDOWN_AT = "sim.nodeagent.io/shutdown-at"
 TERMINATION_DELAY = "sim.nodeagent.io/termination-delay"
 READY_DELAY = "sim.nodeagent.io/ready-delay"
 REJECT = "sim.nodeagent.io/reject"
@@ -113,6 +116,7 @@ class SimNode:
     boot_id: str
     obj: JSON
     last_status: float = 0.0
+    shutdown_at: str = ""  # the last sim.nodeagent.io/shutdown-at played
 
 
 def _meta(obj: JSON) -> JSON:
@@ -252,6 +256,24 @@ class Simulator:
             self.submit((name, "status"), self._post_status, name)
         if new:
             self._node_appeared(name)
+        shutdown_at = _annotations(node).get(SHUTDOWN_AT, "")
+        if shutdown_at and shutdown_at != sim.shutdown_at:
+            sim.shutdown_at = shutdown_at
+            self.submit((name, "shutdown"), self._shut_down_pods, name, shutdown_at)
+
+    def _shut_down_pods(self, name: str, at: str) -> None:
+        """What the kubelet's graceful shutdown writes for each pod it kills."""
+        with self.lock:
+            pods = [p for p in self.pods.values() if p["spec"].get("nodeName") == name]
+        for pod in pods:
+            if _meta(pod).get("deletionTimestamp"):
+                continue
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            uid = str(_meta(pod)["uid"])
+            body = ps.shutdown_status(pod, at)
+            self._note_written(uid, self.kube.patch(_pod_path(pod, "/status"), body))
+            log.info("killed at shutdown %s", _pod_path(pod))
 
     def _node_appeared(self, name: str) -> None:
         with self.lock:

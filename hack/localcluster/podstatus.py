@@ -190,6 +190,40 @@ def rejected_status(pod: JSON, reason: str, message: str) -> JSON:
     return {"metadata": {"uid": pod["metadata"]["uid"]}, "status": status}
 
 
+SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
+
+
+def shutdown_status(pod: JSON, at: str) -> JSON:
+    """Status patch (merge) like the kubelet's graceful node shutdown
+    (pkg/kubelet/nodeshutdown/nodeshutdown_manager_linux.go): Failed, reason
+    Terminated, DisruptionTarget=True/TerminationByKubelet, containers terminated."""
+    target = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "TerminationByKubelet",
+        "message": SHUTDOWN_MESSAGE,
+        "lastTransitionTime": at,
+    }
+    conditions = [
+        c
+        for c in pod_conditions(pod, {"Ready": False, "ContainersReady": False}, at)
+        if c.get("type") != "DisruptionTarget"
+    ]
+    terminated = {"terminated": {"exitCode": 137, "reason": "Error", "finishedAt": at}}
+    containers = [
+        _container(pod["metadata"]["uid"], c, False, terminated)
+        for c in pod["spec"].get("containers") or []
+    ]
+    status = {
+        "phase": "Failed",
+        "reason": "Terminated",
+        "message": SHUTDOWN_MESSAGE,
+        "conditions": [*conditions, target],
+        "containerStatuses": containers,
+    }
+    return {"metadata": {"uid": pod["metadata"]["uid"]}, "status": status}
+
+
 def pod_request(pod: JSON, resource: str) -> Decimal:
     """Effective request of a pod: max(sum of app + sidecar containers, largest init)."""
     if resource == "pods":
