@@ -377,6 +377,9 @@ def run(**params: Any) -> None:
     """
     cfg = build_config(params)
     check_rejection(cfg)
+    from nodeagent.preload import preload
+
+    preload()  # a package upgrade must not give this process a mix of versions
     from nodeagent.daemon import Agent
     from nodeagent.kube import Kube
 

@@ -59,6 +59,14 @@ def inhibit_delay_too_short(message: str) -> Condition:
     return Condition(READY, "True", "InhibitDelayTooShort", message)
 
 
+def agent_removed() -> Condition:
+    # Unknown, as the kubelet leaves its own conditions when it stops posting: nothing on the
+    # node reports any more, which is neither healthy nor failed.
+    return Condition(
+        READY, "Unknown", "AgentRemoved", "nodeagent was uninstalled; nothing drains this node"
+    )
+
+
 def draining(reason: str) -> Condition:
     return Condition(DRAINED, "False", "Draining", f"Draining for {reason}")
 

@@ -211,11 +211,18 @@ class Departure:
                 self.status("stopping; waiting for the logind-triggered drain")
                 thread.join(max(0.0, until - time.monotonic()))
             return
-        from nodeagent.shutdown import why_stopping
+        from nodeagent.shutdown import ShutdownKind, why_stopping
 
         evidence = why_stopping()
         reason = evidence.kind.value
         log.info("stopping: reason %s (evidence: %s)", reason, ", ".join(evidence.jobs) or "none")
+        if evidence.kind is ShutdownKind.REMOVE:
+            # The package is going away, the node is not: no drain, whatever the policy. The
+            # heartbeat stops here, so say so instead of leaving a condition that looks alive.
+            self.status("SIGTERM: package removal, no drain")
+            self.ready_condition = conditions.agent_removed()
+            self.report.set(self.ready_condition)
+            return
         self._handle(reason, self.cfg.drain.deadline, "SIGTERM", None)
 
     # -- the drain ----------------------------------------------------------------

@@ -59,6 +59,7 @@ class ShutdownKind(StrEnum):
     SOFT_REBOOT = "soft-reboot"
     STOP = "stop"
     RESTART = "restart"
+    REMOVE = "remove"
     UNKNOWN = "unknown"
 
 
@@ -92,6 +93,12 @@ _GENERIC_SHUTDOWN_UNITS = frozenset(
     {"shutdown.target", "final.target", "umount.target", "exit.target", "systemd-exit.service"}
 )
 
+# The package's prerm creates this before it stops the unit on removal: Debian's convention
+# reaches the agent as a plain `systemctl stop`, which alone would mean maintenance (drain).
+# It lives in the unit's RuntimeDirectory, which systemd deletes when the unit stops, so it
+# cannot outlive the stop it was made for.
+REMOVAL_FLAG = "/run/nodeagent/removing"
+
 # Job types that bring our unit back after stopping it (systemd collapses the requested
 # reload-or-restart/try-restart into these when queueing).
 _RESTART_JOBS = frozenset({"restart", "try-restart"})
@@ -105,12 +112,15 @@ def kind_from_logind_type(t: str) -> ShutdownKind:
     return _LOGIND_TYPES.get(t.strip().lower(), ShutdownKind.UNKNOWN)
 
 
-def classify_jobs(jobs: Iterable[tuple[str, str]], unit: str) -> ShutdownKind:
+def classify_jobs(
+    jobs: Iterable[tuple[str, str]], unit: str, *, removing: bool = False
+) -> ShutdownKind:
     """Say why ``unit`` is being stopped, from systemd's queued ``(unit, job_type)`` pairs.
 
     A shutdown target's start job wins over anything about our own unit, because a shutdown
     also queues a stop of every unit. Then a restart of ``unit`` (an upgrade: no drain),
-    then a stop of ``unit`` (maintenance). No telling job at all gives ``UNKNOWN``.
+    then a stop of ``unit``: the package's removal when ``removing`` (the prerm's flag),
+    else maintenance. No telling job at all gives ``UNKNOWN``.
     """
     jobs = list(jobs)
     starts = {u for u, t in jobs if t == "start"}
@@ -123,7 +133,7 @@ def classify_jobs(jobs: Iterable[tuple[str, str]], unit: str) -> ShutdownKind:
     if own & _RESTART_JOBS:
         return ShutdownKind.RESTART
     if "stop" in own:
-        return ShutdownKind.STOP
+        return ShutdownKind.REMOVE if removing else ShutdownKind.STOP
     return ShutdownKind.UNKNOWN
 
 
@@ -150,6 +160,7 @@ def why_stopping(
     bus_address: str | None = None,
     *,
     timeout: float = JOBS_TIMEOUT,
+    removal_flag: str = REMOVAL_FLAG,
 ) -> StopEvidence:
     """Ask systemd's job queue why ``unit`` is being stopped.
 
@@ -157,10 +168,11 @@ def why_stopping(
     raises; a failure gives ``ShutdownKind.UNKNOWN`` with the error in ``jobs``.
     """
     result: list[StopEvidence] = []
+    removing = os.path.exists(removal_flag)
     # A daemon thread bounds the whole exchange, including jeepney's connect and auth, which
     # a wedged bus could otherwise stall past systemd's stop timeout.
     worker = threading.Thread(
-        target=lambda: result.append(_why_stopping(unit, bus_address, timeout)),
+        target=lambda: result.append(_why_stopping(unit, bus_address, timeout, removing)),
         name="why-stopping",
         daemon=True,
     )
@@ -171,12 +183,15 @@ def why_stopping(
     return StopEvidence(ShutdownKind.UNKNOWN, (f"error: no answer from systemd in {timeout}s",))
 
 
-def _why_stopping(unit: str, bus_address: str | None, timeout: float) -> StopEvidence:
+def _why_stopping(
+    unit: str, bus_address: str | None, timeout: float, removing: bool
+) -> StopEvidence:
     try:
         jobs = _list_jobs(bus_address, timeout)
     except Exception as exc:  # the shutdown path must go on whatever the bus did
         return StopEvidence(ShutdownKind.UNKNOWN, (f"error: {_describe(exc)}",))
-    return StopEvidence(classify_jobs(jobs, unit), _evidence(jobs, unit))
+    kind = classify_jobs(jobs, unit, removing=removing)
+    return StopEvidence(kind, _evidence(jobs, unit))
 
 
 def _evidence(jobs: list[tuple[str, str]], unit: str, limit: int = 10) -> tuple[str, ...]:

@@ -480,6 +480,27 @@ def test_why_stopping_reads_systemds_jobs(
     assert evidence == StopEvidence(kind, tuple(f"{t} {u}" for u, t in jobs))
 
 
+@pytest.mark.parametrize(
+    ("jobs", "kind"),
+    [
+        # The prerm's flag turns our own stop into a removal, and nothing else.
+        ([("nodeagent.service", "stop")], ShutdownKind.REMOVE),
+        ([("nodeagent.service", "restart")], ShutdownKind.RESTART),
+        ([("poweroff.target", "start"), ("nodeagent.service", "stop")], ShutdownKind.POWEROFF),
+        ([], ShutdownKind.UNKNOWN),
+    ],
+)
+def test_removal_flag_marks_only_a_stop_as_removal(
+    systemd: Bus, tmp_path: Path, jobs: list[tuple[str, str]], kind: ShutdownKind
+) -> None:
+    flag = tmp_path / "removing"
+    flag.touch()
+    set_jobs(systemd, jobs)
+    evidence = why_stopping(bus_address=systemd.address, removal_flag=str(flag))
+    assert evidence.kind is kind
+    assert classify_jobs(jobs, "nodeagent.service", removing=True) is kind
+
+
 def test_why_stopping_reports_only_the_telling_jobs(systemd: Bus) -> None:
     # A real shutdown queues a stop for every unit; the evidence keeps what decided.
     set_jobs(

@@ -1,0 +1,50 @@
+"""Load every module the daemon may import later, before it starts its work.
+
+A package upgrade replaces the installed files under the running daemon before its unit is
+restarted. A module imported lazily after that swap (the SIGTERM path imports the D-Bus code,
+a drain the Kubernetes client) would come from the new version while the rest of the process
+is the old one. Importing everything at start keeps the process on the version it started
+with: Python never reads a module's file again once it is in ``sys.modules``.
+
+The standard library is not in the package (it comes with the system's Python), so only the
+agent's own modules and the third-party ones it imports inside functions are listed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import nodeagent
+
+# Third-party modules the agent imports inside functions (tests/test_preload.py keeps this list
+# complete), with the submodules they load on first use.
+THIRD_PARTY = (
+    "kubernetes",
+    "kubernetes.client",
+    "kubernetes.client.exceptions",
+    "kubernetes.config",
+    "urllib3",
+    "urllib3.exceptions",
+    "jeepney",
+    "jeepney.io.blocking",
+    "jeepney.io.threading",
+    "jeepney.bus_messages",
+    "prometheus_client",
+    "sdnotify",
+    "psutil",
+)
+
+
+def own_modules() -> list[str]:
+    """Every module of the nodeagent package except ``__main__`` (importing it runs the CLI)."""
+    found = pkgutil.walk_packages(nodeagent.__path__, "nodeagent.")
+    return sorted(m.name for m in found if m.name != "nodeagent.__main__")
+
+
+def preload() -> int:
+    """Import the agent's modules and its lazily imported dependencies; how many."""
+    names = [*own_modules(), *THIRD_PARTY]
+    for name in names:
+        importlib.import_module(name)
+    return len(names)

@@ -1,0 +1,65 @@
+"""After preload, no import the agent makes later reads a file of the installed package.
+
+A package upgrade swaps those files under the running daemon (see nodeagent/preload.py). The
+imports the agent makes inside functions are found in its source; each is run after
+``preload()`` in a fresh interpreter, and none may load a module that is not already loaded
+(standard library aside: it is not part of the package).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+PROBE = """
+import importlib, json, sys
+from nodeagent.preload import preload
+preload()
+before = set(sys.modules)
+for name in json.loads(sys.argv[1]):
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError:
+        pass  # `from X import Y` where Y is an attribute, not a module
+late = sorted(set(sys.modules) - before)
+print(json.dumps([m for m in late if m.split(".")[0] not in sys.stdlib_module_names]))
+"""
+
+
+def lazy_imports() -> list[str]:
+    """Modules imported inside functions in nodeagent/ (X and X.Y for `from X import Y`)."""
+    names: set[str] = set()
+    for path in sorted((REPO / "nodeagent").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        top = set(map(id, tree.body))
+        for node in ast.walk(tree):
+            if id(node) in top:
+                continue
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module)
+                names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return sorted(names)
+
+
+def test_lazy_imports_are_found() -> None:
+    found = lazy_imports()
+    assert "nodeagent.daemon" in found and "jeepney" in found, found
+
+
+def test_nothing_is_loaded_after_preload() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(lazy_imports())],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        cwd=REPO,
+    )
+    assert json.loads(out.stdout) == []
