@@ -1,10 +1,13 @@
 """Boot throwaway systemd-nspawn containers that run nodeagent.service for system tests.
 
 Each :class:`Machine` is a copy of the cached root built by ``hack/nspawn-root`` with the
-agent, its unit, the logind drop-in and a stand-in kubelet installed. The container shares the
-host's network, so the agent inside reaches the test control plane on 127.0.0.1; the repository
-is bind-mounted read-only at /opt/nodeagent-src (not at its own path: a checkout under /tmp
-would vanish behind the unit's PrivateTmp=yes), so the agent runs the code under test.
+agent's Debian package (``hack/build-deb``) installed as on a node image: by ``dpkg -i`` in the
+root while no systemd runs in it, which enables the unit and installs the logind drop-in and
+/etc/nodeagent/config.toml. :func:`packaged_root` does that once per build of the package; a
+plain template gets it in :meth:`Machine.install_agent`. A stand-in kubelet is added too. The
+container shares the host's network, so the agent inside reaches the test control plane on
+127.0.0.1. The repository is bind-mounted read-only at /opt/nodeagent-src (not at its own path:
+a checkout under /tmp would vanish behind the unit's PrivateTmp=yes).
 """
 
 from __future__ import annotations
@@ -22,17 +25,18 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-UNIT = REPO / "systemd" / "nodeagent.service"
-LOGIND_DROPIN = REPO / "systemd" / "logind-nodeagent.conf"
+LOGIND_DROPIN_NAME = "zz-nodeagent.conf"
 INNER_SRC = "/opt/nodeagent-src"
-SITE_PACKAGES = f"{INNER_SRC}/.venv/lib/python3.11/site-packages"
 KUBELET_STOPPED = "var/lib/kubelet-stopped"
 EXIT_REBOOT = 133
 INNER_PATH = "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
+INSTALLED = "usr/lib/nodeagent/bin/nodeagent"
 
 # -v: INFO lines (what the agent heard, its drain's progress and outcome) go to the journal.
-AGENT_SCRIPT = f"""#!/bin/sh
-PYTHONPATH={INNER_SRC}:{SITE_PACKAGES} exec /usr/bin/python3 -m nodeagent "$@" -v
+# An administrator's drop-in, as on a node: the packaged unit stays as shipped.
+VERBOSE_DROPIN = """[Service]
+ExecStart=
+ExecStart=/usr/bin/nodeagent run --config /etc/nodeagent/config.toml -v
 """
 
 # Starts with the machine and records when it is stopped: nodeagent.service is ordered
@@ -51,18 +55,105 @@ WantedBy=multi-user.target
 """
 
 
-def nspawn_root() -> Path:
-    """The cached template root (built on first use; needs root and debootstrap)."""
+def hack(script: str, timeout: float) -> list[Path]:
+    """Run a cached build script of hack/; the paths it prints, one a line."""
     out = subprocess.run(
-        [str(REPO / "hack" / "nspawn-root")],
+        [str(REPO / "hack" / script)],
         capture_output=True,
         text=True,
         check=False,
-        timeout=1800,
+        timeout=timeout,
     )
     if out.returncode != 0:
-        raise RuntimeError(f"hack/nspawn-root failed: {out.stderr.strip()}")
-    return Path(out.stdout.strip().splitlines()[-1])
+        raise RuntimeError(f"hack/{script} failed: {out.stderr.strip()[-3000:]}")
+    return [Path(line) for line in out.stdout.strip().splitlines()]
+
+
+def build_deb() -> Path:
+    """The package built from the checkout (hack/build-deb reuses an up-to-date one)."""
+    return hack("build-deb", 1200)[-1]
+
+
+def dpkg_offline(root: Path, deb: Path, *args: str) -> None:
+    """``dpkg -i`` into a root where no systemd runs, as a node image's build does."""
+    out = subprocess.run(
+        [
+            "systemd-nspawn",
+            "--quiet",
+            "--register=no",
+            "--keep-unit",
+            "--pipe",
+            "-D",
+            str(root),
+            f"--bind-ro={deb}:/tmp/{deb.name}",
+            "dpkg",
+            "-i",
+            *args,
+            f"/tmp/{deb.name}",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"dpkg -i {deb.name} failed: {out.stdout[-2000:]}{out.stderr[-2000:]}")
+
+
+SITE_PACKAGES = "usr/lib/nodeagent/lib/python3.11/site-packages"
+
+
+def next_deb(deb: Path, workdir: Path, version: str, *, poison: bool = False) -> Path:
+    """The built package again as ``version``, whose ``nodeagent version`` says so.
+
+    With ``poison`` every module of the agent in it raises on import: a process that loads
+    any of them after dpkg put them in place fails loudly.
+    """
+    tree = workdir / f"deb-{version}"
+    subprocess.run(["dpkg-deb", "-R", str(deb), str(tree)], check=True, timeout=120)
+    control = tree / "DEBIAN" / "control"
+    lines = control.read_text().splitlines()
+    control.write_text(
+        "\n".join(f"Version: {version}" if x.startswith("Version:") else x for x in lines) + "\n"
+    )
+    package = tree / SITE_PACKAGES / "nodeagent"
+    (package / "__init__.py").write_text(f'__version__ = "{version}"\n')
+    if poison:
+        for module in package.glob("*.py"):
+            module.write_text(f"raise ImportError('{version} loaded into a running process')\n")
+    shutil.rmtree(package / "__pycache__")
+    out = workdir / f"nodeagent_{version}.deb"
+    subprocess.run(
+        ["dpkg-deb", "-Zgzip", "-z1", "-b", str(tree), str(out)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    shutil.rmtree(tree)
+    return out
+
+
+def packaged_root(template: Path, cache: Path) -> Path:
+    """A copy of ``template`` with the package installed, under ``cache`` (once per build)."""
+    deb = build_deb()
+    key = subprocess.run(
+        ["sha256sum", str(deb)], capture_output=True, text=True, check=True
+    ).stdout[:16]
+    root = cache / f"packaged-{key}"
+    if not (root / INSTALLED).exists():
+        shutil.rmtree(root, ignore_errors=True)
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["cp", "-a", "--reflink=auto", str(template), str(root)], check=True, timeout=120
+        )
+        dpkg_offline(root, deb)
+    return root
+
+
+def nspawn_root() -> Path:
+    """The cached template root (built on first use; needs root and debootstrap)."""
+    return hack("nspawn-root", 1800)[-1]
 
 
 class Machine:
@@ -83,24 +174,33 @@ class Machine:
     # -- setup -----------------------------------------------------------------------------
 
     def install_agent(self, kubeconfig: Path, config: str) -> None:
-        """Install the agent, its unit (enabled), the logind drop-in and a stand-in kubelet."""
-        agent = self.path("usr/bin/nodeagent")
-        agent.write_text(AGENT_SCRIPT)
-        agent.chmod(0o755)
+        """Install the package (unless the template has it), a stand-in kubelet and the config.
+
+        The package enables nodeagent.service and installs the logind drop-in; a drop-in of
+        the test's adds ``-v`` to the agent's command line.
+        """
+        if not self.path(INSTALLED).exists():
+            dpkg_offline(self.root, build_deb())
+        self.install_kubelet()
+        self.verbose_agent()
+        self.write_kubeconfig(kubeconfig.read_text())
+        self.write_config(config)
+
+    def verbose_agent(self) -> None:
+        """A drop-in that adds ``-v`` to the agent's command line (works before the install)."""
+        verbose = self.path("etc/systemd/system/nodeagent.service.d/verbose.conf")
+        verbose.parent.mkdir(parents=True, exist_ok=True)
+        verbose.write_text(VERBOSE_DROPIN)
+
+    def install_kubelet(self) -> None:
+        """The stand-in kubelet, enabled: the agent is ordered after it."""
         units = self.path("etc/systemd/system")
         wants = units / "multi-user.target.wants"
         wants.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(UNIT, units / "nodeagent.service")
         (units / "kubelet.service").write_text(KUBELET_UNIT)
-        for unit in ("nodeagent.service", "kubelet.service"):
-            link = wants / unit
-            link.unlink(missing_ok=True)
-            link.symlink_to(f"/etc/systemd/system/{unit}")
-        dropins = self.path("usr/lib/systemd/logind.conf.d")
-        dropins.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(LOGIND_DROPIN, dropins / "99-zz-nodeagent.conf")
-        self.write_kubeconfig(kubeconfig.read_text())
-        self.write_config(config)
+        link = wants / "kubelet.service"
+        link.unlink(missing_ok=True)
+        link.symlink_to("/etc/systemd/system/kubelet.service")
 
     def write_kubeconfig(self, text: str) -> None:
         etc = self.path("etc/nodeagent")
@@ -246,6 +346,22 @@ class Machine:
             if len(words) >= 8:
                 rows.append([*words[:6], " ".join(words[6:-1]), words[-1]])
         return rows
+
+    def logind_delay(self) -> float:
+        """logind's effective InhibitDelayMaxUSec, in seconds, read over the container's bus."""
+        out = self.run(
+            "busctl",
+            "get-property",
+            "org.freedesktop.login1",
+            "/org/freedesktop/login1",
+            "org.freedesktop.login1.Manager",
+            "InhibitDelayMaxUSec",
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"busctl get-property failed: {out.stderr.strip()}")
+        kind, value = out.stdout.split()
+        assert kind == "t", out.stdout
+        return int(value) / 1e6
 
     def kubelet_stops(self) -> list[float]:
         """Wall-clock times at which the stand-in kubelet was stopped, one per shutdown."""

@@ -1,8 +1,9 @@
 """nodeagent.service in a booted systemd (systemd-nspawn), against the real control plane.
 
-Each test boots a fresh copy of the cached Debian root (``hack/nspawn-root``) with the agent
-installed as on a node, a stand-in kubelet it is ordered after, and the logind drop-in; the
-container's name is also the simulated Node's name. Shutdowns are real: ``poweroff``,
+Each test boots a fresh copy of the cached Debian root (``hack/nspawn-root``) with the agent's
+Debian package installed as on a node image (``hack/build-deb``: unit, logind drop-in, config)
+and a stand-in kubelet it is ordered after; the container's name is also the simulated Node's
+name. Shutdowns are real: ``poweroff``,
 ``reboot``, ``systemctl stop``, a logind bypass and a shutdown logind itself cancels, each
 checked from the API (cordon, pods, annotations, Events) and from the container's journal.
 
@@ -11,8 +12,10 @@ Runs as root with systemd-nspawn and debootstrap installed (``hack/setup`` provi
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,13 +23,24 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from nodeagent.conditions import READY
 from nodeagent.cordon import CORDONED_BY, DRAIN_REASON, DRAIN_RESULT, MARKER_KEYS
 from nodeagent.daemon import LAST_BOOT_ID
 from nodeagent.kube import Kube, node_path
 from tests import kubeutil as ku
-from tests.nspawn import EXIT_REBOOT, ApiRelay, Machine, nspawn_root, realtime
+from tests.nspawn import (
+    EXIT_REBOOT,
+    ApiRelay,
+    Machine,
+    build_deb,
+    next_deb,
+    nspawn_root,
+    packaged_root,
+    realtime,
+)
 
 DEADLINE = 20.0
+LOGIND_DELAY = 120.0  # systemd/logind-nodeagent.conf
 # Shutdown beyond the drain: reporting, closing the lock, stopping the other units.
 MARGIN = 15.0
 
@@ -47,8 +61,8 @@ metrics_address = ""
 
 
 @pytest.fixture(scope="module")
-def template() -> Path:
-    return nspawn_root()
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return packaged_root(nspawn_root(), tmp_path_factory.getbasetemp() / "packaged")
 
 
 @dataclass
@@ -100,8 +114,9 @@ class Node:
         return found[-1]
 
 
-@pytest.fixture
-def node(cluster: Any, kube: Kube, template: Path, tmp_path: Path) -> Iterator[Node]:
+@contextmanager
+def new_node(cluster: Any, kube: Kube, template: Path, tmp_path: Path) -> Iterator[Node]:
+    """A simulated Node, a spare, a namespace, and a container of the template's."""
     group = ku.unique("sys")
     name, spare = f"{group}-a", f"{group}-b"
     cluster.add_node(name, {ku.GROUP_LABEL: group})
@@ -110,12 +125,18 @@ def node(cluster: Any, kube: Kube, template: Path, tmp_path: Path) -> Iterator[N
     ns = ku.namespace(kube, group)
     machine = Machine(template, tmp_path, name)
     try:
-        machine.install_agent(Path(cluster.kubeconfig), config(name))
         yield Node(kube, machine, name, spare, group, ns)
     finally:
         # Shown by pytest only when the test fails.
         print(machine.journal_text()[-20000:])
         machine.destroy()
+
+
+@pytest.fixture
+def node(cluster: Any, kube: Kube, template: Path, tmp_path: Path) -> Iterator[Node]:
+    with new_node(cluster, kube, template, tmp_path) as n:
+        n.machine.install_agent(Path(cluster.kubeconfig), config(n.name))
+        yield n
 
 
 def assert_drained(node: Node, *reasons: str) -> None:
@@ -142,6 +163,38 @@ def uncordoned_event(node: Node) -> None:
         10,
         "the Uncordoned Event",
     )
+
+
+# What Debian 12's unattended-upgrades ships (/usr/lib) and what the kubelet writes (/etc) when
+# its graceful node shutdown is on, here with shutdownGracePeriod: 30s. Both set logind's
+# ceiling; the agent's drop-in must sort after them.
+VENDOR_DROPINS = {
+    "usr/lib/systemd/logind.conf.d/unattended-upgrades-logind-maxdelay.conf": (
+        "[Login]\n# delay\nInhibitDelayMaxSec=30\n"
+    ),
+    "etc/systemd/logind.conf.d/99-kubelet.conf": (
+        "# Kubelet logind override\n[Login]\nInhibitDelayMaxSec=30\n"
+    ),
+}
+KUBELET_GRACE = 30.0
+
+
+def install_vendor_dropins(machine: Machine) -> None:
+    for inside, text in VENDOR_DROPINS.items():
+        path = machine.path(inside)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_logind_dropin_wins_over_vendor_and_kubelet_dropins(node: Node) -> None:
+    install_vendor_dropins(node.machine)
+    node.boot()
+    node.agent_ready()
+
+    delay = node.machine.logind_delay()
+    print(f"logind's effective InhibitDelayMaxUSec: {delay:.0f}s")
+    assert delay == LOGIND_DELAY
+    assert delay >= KUBELET_GRACE  # else the kubelet's shutdown manager would not start
 
 
 def test_poweroff_drains_before_the_kubelet_stops(node: Node) -> None:
@@ -433,3 +486,130 @@ def test_blackholed_api_server_does_not_hold_up_shutdown(node: Node, cluster: An
     # The API server never heard of the shutdown.
     assert not node.unschedulable()
     assert len(node.left()) == 4
+
+
+# -- the package's life on a running node ---------------------------------------------------
+
+
+def dpkg(node: Node, *args: str) -> str:
+    out = node.machine.run("dpkg", *args, timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def put_deb(node: Node, deb: Path) -> str:
+    """Copy a package into the running container; its path inside."""
+    inside = f"/var/cache/{deb.name}"
+    shutil.copyfile(deb, node.machine.path(inside))
+    return inside
+
+
+def agent_pid(node: Node) -> int:
+    out = node.machine.run("systemctl", "show", "-P", "MainPID", "nodeagent")
+    return int(out.stdout.strip() or 0)
+
+
+def no_fence(node: Node) -> None:
+    assert not node.unschedulable()
+    assert not set(MARKER_KEYS) & set(node.annotations())
+    assert not any(
+        e["reason"] in ("Cordoned", "Drained", "DrainTimedOut")
+        for e in ku.node_events(node.kube, node.name)
+    )
+
+
+def test_upgrade_restarts_the_agent_without_draining(node: Node, tmp_path: Path) -> None:
+    node.workloads()
+    node.boot()
+    node.agent_ready()
+    before, old_pid = node.left(), agent_pid(node)
+
+    dpkg(node, "-i", put_deb(node, next_deb(build_deb(), tmp_path, "0.1.0+next1")))
+
+    node.journal_line("stopping: reason restart")
+    ku.wait_until(
+        lambda: sum("holding a logind delay lock" in m for m in node.machine.messages()) >= 2,
+        30,
+        "the upgraded agent to take its logind lock",
+    )
+    assert agent_pid(node) not in (0, old_pid)
+    assert node.machine.run("nodeagent", "version").stdout.strip() == "nodeagent 0.1.0+next1"
+    no_fence(node)
+    assert node.left() == before
+    assert not any("Traceback" in m for m in node.machine.messages())
+
+
+def test_old_agent_drains_with_the_next_version_unpacked_under_it(
+    node: Node, tmp_path: Path
+) -> None:
+    """dpkg has replaced every file of the agent, the unit has not been restarted yet, and the
+    node powers off. Every module of the next version raises on import: the running agent must
+    drain on what it loaded at start."""
+    node.workloads()
+    node.boot()
+    node.agent_ready()
+    poisoned = next_deb(build_deb(), tmp_path, "0.1.0+poisoned", poison=True)
+    dpkg(node, "--unpack", put_deb(node, poisoned))
+    assert "0.1.0+poisoned" in dpkg(node, "-s", "nodeagent")
+
+    assert node.machine.run("poweroff").returncode == 0
+    assert node.machine.wait_exit(DEADLINE + MARGIN) == 0
+
+    assert_drained(node, "poweroff")
+    assert not any("loaded into a running process" in m for m in node.machine.messages())
+
+
+def ready_condition(node: Node) -> dict[str, str]:
+    conds = ku.node(node.kube, node.name)["status"].get("conditions") or []
+    return next((c for c in conds if c["type"] == READY), {})
+
+
+def test_install_reloads_logind_and_removal_neither_drains_nor_lingers(
+    cluster: Any, kube: Kube, tmp_path: Path
+) -> None:
+    """On a running node without the agent: install, remove, purge, as apt would."""
+    with new_node(cluster, kube, nspawn_root(), tmp_path) as node:
+        machine = node.machine
+        install_vendor_dropins(machine)
+        machine.install_kubelet()
+        machine.verbose_agent()
+        machine.write_kubeconfig(Path(cluster.kubeconfig).read_text())
+        machine.write_config(config(node.name))
+        node.workloads()
+        node.boot()
+        assert machine.logind_delay() == KUBELET_GRACE
+
+        # The config is the administrator's, written before: dpkg keeps it.
+        dpkg(node, "-i", "--force-confold", put_deb(node, build_deb()))
+        # Told by the postinst (SIGHUP): no reboot, no logind restart.
+        assert machine.logind_delay() == LOGIND_DELAY
+        ku.wait_until(
+            lambda: machine.run("systemctl", "is-active", "nodeagent").stdout.strip() == "active",
+            30,
+            "the package to start the agent",
+        )
+        ku.wait_until(
+            lambda: ready_condition(node).get("reason") == "AgentRunning", 30, "the heartbeat"
+        )
+        assert machine.run("systemctl", "is-enabled", "nodeagent").stdout.strip() == "enabled"
+        before = node.left()
+        assert machine.path("var/lib/nodeagent").is_dir()
+
+        dpkg(node, "-r", "nodeagent")
+        stopping = ku.wait_until(
+            lambda: [m for m in machine.messages() if "stopping: reason" in m],
+            10,
+            "the agent's stop line in the journal",
+        )
+        assert "stopping: reason remove" in stopping[-1], stopping
+        no_fence(node)
+        assert node.left() == before
+        cond = ready_condition(node)
+        assert (cond["status"], cond["reason"]) == ("Unknown", "AgentRemoved"), cond
+        assert machine.logind_delay() == KUBELET_GRACE
+        # The flag went with the unit's runtime directory.
+        assert machine.run("test", "-e", "/run/nodeagent").returncode == 1
+
+        dpkg(node, "-P", "nodeagent")
+        assert not machine.path("var/lib/nodeagent").exists()
+        assert not machine.path("etc/nodeagent/config.toml").exists()

@@ -22,6 +22,7 @@ UNIT = REPO / "systemd" / "nodeagent.service"
 LOGIND_DROPIN = REPO / "systemd" / "logind-nodeagent.conf"
 HOST_UNITS = Path("/usr/lib/systemd/system")
 MAX_EXPOSURE = 2.0
+VENDOR_LOGIND_DROPINS = ("99-kubelet.conf", "unattended-upgrades-logind-maxdelay.conf")
 
 
 def parse_unit(path: Path) -> dict[str, dict[str, list[str]]]:
@@ -150,8 +151,10 @@ def test_logind_dropin_covers_the_drain_and_sorts_last() -> None:
     installed = re.search(r"/usr/lib/systemd/logind\.conf\.d/(\S+\.conf)", text)
     assert installed, "the drop-in should say where it is installed"
     name = installed.group(1)
-    # logind applies drop-ins in file-name order across directories: later wins.
-    assert name > "99-kubelet.conf"
+    # logind applies drop-ins in file-name order (bytes) across directories: later wins. These
+    # also set InhibitDelayMaxSec: the kubelet's, and Debian 12's unattended-upgrades (30 s).
+    for other in VENDOR_LOGIND_DROPINS:
+        assert name.encode() > other.encode(), other
     login = parse_unit(LOGIND_DROPIN)["Login"]
     assert float(login["InhibitDelayMaxSec"][-1]) >= DrainConfig().deadline
 
