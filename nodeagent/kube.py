@@ -90,6 +90,8 @@ def _unreachable(host: str, exc: BaseException) -> Unreachable:
 def _load_configuration(kubeconfig: str | None) -> Any:
     from kubernetes import client, config  # slow import: only when a client is needed
 
+    from nodeagent.kubeconfig import check_kubeconfig
+
     cfg = client.Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")
     if path is not None and not path.strip():
@@ -132,75 +134,6 @@ def _load_configuration(kubeconfig: str | None) -> Any:
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
-
-
-def _yaml_kind(doc: Any) -> str:
-    return {str: "a string", list: "a list", int: "a number", float: "a number"}.get(
-        type(doc), type(doc).__name__
-    )
-
-
-def check_kubeconfig(path: Path) -> None:
-    """Refuse a file that is not a kubeconfig with one line naming it and the fault.
-
-    The client library would raise TypeError, UnicodeDecodeError and the like from
-    deep inside on random bytes or a YAML scalar; these checks run first.
-    """
-    import yaml
-
-    if not path.is_file():
-        raise KubeConfigError(
-            f"kubeconfig {path}: {'not a file' if path.exists() else 'no such file'}"
-        )
-    try:
-        text = path.read_bytes().decode("utf-8")
-        doc = yaml.safe_load(text)
-    except OSError as exc:
-        raise KubeConfigError(f"kubeconfig {path}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise KubeConfigError(
-            f"kubeconfig {path}: not a text file (invalid UTF-8 at byte {exc.start})"
-        ) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or _one_line(exc)
-        raise KubeConfigError(f"kubeconfig {path}: not YAML{where}: {problem}") from None
-    if doc is None:
-        raise KubeConfigError(f"kubeconfig {path}: empty file")
-    if not isinstance(doc, dict):
-        raise KubeConfigError(
-            f"kubeconfig {path}: not a kubeconfig: the top level is {_yaml_kind(doc)}, "
-            "expected a mapping with clusters, users and contexts"
-        )
-    for key in ("clusters", "users", "contexts"):
-        entries = doc.get(key)
-        if entries is not None and not (
-            isinstance(entries, list) and all(isinstance(e, dict) for e in entries)
-        ):
-            raise KubeConfigError(
-                f"kubeconfig {path}: {key} is {_yaml_kind(entries)}, expected a list of entries"
-            )
-        for entry in entries or []:
-            _check_embedded_data(path, key, entry)
-
-
-def _check_embedded_data(path: Path, key: str, entry: JSON) -> None:
-    """`*-data` fields (certificates, keys) must be base64: the client decodes them
-    later and would only say "Incorrect padding"."""
-    import base64
-    import binascii
-
-    body = entry.get(key.rstrip("s")) or {}
-    for field_name, value in body.items() if isinstance(body, dict) else ():
-        if not field_name.endswith("-data"):
-            continue
-        try:
-            base64.b64decode(str(value), validate=True)
-        except (binascii.Error, ValueError):
-            raise KubeConfigError(
-                f"kubeconfig {path}: {key} entry {entry.get('name')!r}: {field_name} is not base64"
-            ) from None
 
 
 class Kube:

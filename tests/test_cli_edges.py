@@ -194,7 +194,7 @@ def kubeconfig_garbage(tmp: Path) -> dict[str, tuple[Path, str]]:
         "clusters not a list": (b"apiVersion: v1\nclusters: 3\n", "clusters is a number"),
         "bad base64": (
             (entry + "users: [{name: u, user: {client-key-data: '!!'}}]\n").encode(),
-            "client-key-data is not base64",
+            "client-key-data: not base64",
         ),
         "no such context": (
             (entry + "users: [{name: u, user: {}}]\n")
@@ -203,6 +203,25 @@ def kubeconfig_garbage(tmp: Path) -> dict[str, tuple[Path, str]]:
             "y",
         ),
     }
+    garbage = tmp / "garbage.pem"
+    garbage.write_bytes(os.urandom(300))
+    files |= {
+        "client certificate not PEM": (
+            (entry + f"users: [{{name: u, user: {{client-certificate: {garbage}, "
+             f"client-key: {garbage}}}}}]\n").encode(),
+            f"client-certificate {garbage}, client-key {garbage}: not a PEM certificate",
+        ),
+        "CA file missing": (
+            entry.replace("server: 'https://127.0.0.1:1'",
+                          "server: 'https://127.0.0.1:1', certificate-authority: ca.pem").encode()
+            + b"users: [{name: u, user: {}}]\n",
+            f"certificate-authority {tmp / 'ca.pem'}: No such file or directory",
+        ),
+        "token file missing": (
+            (entry + "users: [{name: u, user: {tokenFile: /nonexistent/token}}]\n").encode(),
+            "tokenFile /nonexistent/token: No such file or directory",
+        ),
+    }  # fmt: skip
     out = {}
     for i, (name, (data, says)) in enumerate(files.items()):
         path = tmp / f"kc{i}"
@@ -267,7 +286,18 @@ def test_garbage_to_every_command_gives_one_line(tmp_path: Path, admin_kubeconfi
     assert not failures, "\n".join(failures)
 
 
-@pytest.mark.parametrize("case", ["random bytes", "a YAML string", "a YAML list", "bad base64"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "random bytes",
+        "a YAML string",
+        "a YAML list",
+        "bad base64",
+        "client certificate not PEM",
+        "CA file missing",
+        "token file missing",
+    ],
+)
 def test_malformed_kubeconfig_is_one_line_naming_the_file(case: str, tmp_path: Path) -> None:
     path, says = kubeconfig_garbage(tmp_path)[case]
     res = ku.run_agent("status", "--node", "n1", "--kubeconfig", str(path), env=clean_env())
