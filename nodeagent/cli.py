@@ -131,11 +131,14 @@ def handle_errors(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from nodeagent.cordon import CordonedByOther
         from nodeagent.kube import KubeConfigError, KubeError
+        from nodeagent.nodelock import NodeLockError
 
         try:
             return func(*args, **kwargs)
         except (ConfigError, KubeConfigError) as exc:
             fail(str(exc), 2)
+        except NodeLockError as exc:
+            fail(f"{exc} (set lock_file, or NODEAGENT_LOCK_FILE)", 1)
         except CordonedByOther as exc:
             fail(str(exc), 4)
         except KubeError as exc:

@@ -27,6 +27,9 @@ POLICIES = ("drain", "cordon", "none")
 LOG_FORMATS = ("text", "json")
 EVACUATE_POLICIES = ("Ignore", "NoSchedule", "Evacuate")
 FINISHED_PODS = ("keep", "delete")  # nodeagent.podfilter.FinishedPods
+# host: a systemd unit, whose SIGTERM may be the machine going down. pod: a DaemonSet's
+# container, whose SIGTERM is a rollout, an uninstall or an eviction, never a shutdown.
+FORMS = ("host", "pod")
 
 # A Node name is a DNS subdomain (RFC 1123), as the API server validates it.
 _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -141,7 +144,9 @@ class LeftoversConfig:
 class ReportingConfig:
     heartbeat_interval: float = duration("60s", minimum="1s")
     # "" is the one empty value with a meaning: no /metrics and /healthz server.
-    metrics_address: str = field(default="127.0.0.1:9102", metadata={"empty_means": "off"})
+    metrics_address: str = field(
+        default="127.0.0.1:9102", metadata={"empty_means": "off", "check": "address"}
+    )
 
 
 @dataclass
@@ -149,6 +154,11 @@ class Config:
     node: str = field(default="", metadata={"check": "node_name"})
     kubeconfig: str = ""
     log_format: str = choice("text", LOG_FORMATS)
+    form: str = choice("host", FORMS)
+    # One agent per node: only the holder of this file's lock runs (takes logind's delay
+    # lock, drains, reports); another agent on the node (a surge rollout, the host form
+    # next to the DaemonSet) waits for it and says why.
+    lock_file: str = field(default="/var/lib/nodeagent/agent.lock", metadata={"check": "absolute"})
     drain: DrainConfig = field(default_factory=DrainConfig)
     shutdown: ShutdownConfig = field(default_factory=ShutdownConfig)
     uncordon: UncordonConfig = field(default_factory=UncordonConfig)
@@ -213,8 +223,10 @@ def _check(f: dataclasses.Field[Any], value: Any) -> Any:
             f"{value!r} is not a node name (lowercase letters, digits, '-' and '.', "
             "at most 253 characters)"
         )
-    if f.metadata.get("empty_means") and value:
+    if f.metadata.get("check") == "address" and value:
         _check_address(value)
+    if f.metadata.get("check") == "absolute" and value and not value.startswith("/"):
+        raise ValueError(f"{value!r} is not an absolute path")
     return value
 
 

@@ -27,6 +27,7 @@ from nodeagent.cordon import SHUTDOWN_REASONS
 from nodeagent.departure import Departure
 from nodeagent.evacuate import Evacuator, requested
 from nodeagent.kube import JSON, READ_TIMEOUT, Kube, KubeError, node_path
+from nodeagent.nodelock import Holder, NodeLock
 from nodeagent.report import WARNING, EventRecorder
 from nodeagent.watch import Reflector
 
@@ -145,6 +146,7 @@ class Agent:
         )
         self._sigterm = threading.Event()
         self._unclean = False
+        self.node_lock = NodeLock(cfg.lock_file, cfg.form)
 
     # -- main -----------------------------------------------------------------
 
@@ -154,6 +156,8 @@ class Agent:
         metrics.serve(self.cfg.reporting.metrics_address, self.stalled_loops)
         # READY before talking to the API: a down API server must never hold up boot.
         self.notify.send("READY=1", "STATUS=starting")
+        if not self._wait_for_node_lock():
+            return 0  # stopped while another agent ran the node: nothing of ours to undo
         for loop in self._loops():
             self._start_loop(loop)
         while not self._sigterm.wait(WATCHDOG_INTERVAL):
@@ -165,6 +169,22 @@ class Agent:
         self.report.flush(2.0)
         self.events.flush()
         return 0
+
+    def _wait_for_node_lock(self) -> bool:
+        """One agent per node: wait (healthy, doing nothing) while another one runs it."""
+        seen: Holder | None = None
+        while (holder := self.node_lock.try_acquire()) is not None:
+            if holder != seen:
+                seen = holder
+                self.notify.status(
+                    f"standing by: {holder.describe()} runs this node "
+                    f"(lock {self.node_lock.path}); taking over when it exits"
+                )
+            if self._sigterm.wait(1.0):
+                return False
+        if seen is not None:
+            self.notify.status(f"took over the node from {seen.describe()}")
+        return True
 
     def _loops(self) -> list[Loop]:
         heartbeat_bound = self.cfg.reporting.heartbeat_interval + READ_TIMEOUT + 15
@@ -369,6 +389,7 @@ class Agent:
             drained = state.marked and state.boot_id == previous and state.result
             if not drained:
                 self._unclean = True
+                metrics.PREVIOUS_BOOT_UNCLEAN.set(1)
                 self.events.node(
                     node,
                     "UncleanShutdown",

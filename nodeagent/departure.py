@@ -2,7 +2,9 @@
 
 logind is heard first: the agent holds a delay inhibitor lock, and on
 `PrepareForShutdown(true)` it drains inside logind's delay, then releases the lock.
-SIGTERM is the fallback (a shutdown that bypassed logind, `systemctl stop`).
+SIGTERM is the fallback (a shutdown that bypassed logind, `systemctl stop`) in the host
+form; in the pod form a SIGTERM is a rollout, an uninstall or an eviction of the
+agent's own pod, and starts a drain only inside a shutdown logind announced.
 `PrepareForShutdown(false)` (cancelled) stops the drain, undoes the fence and keeps a
 lock for the next shutdown.
 
@@ -211,6 +213,9 @@ class Departure:
                 self.status("stopping; waiting for the logind-triggered drain")
                 thread.join(max(0.0, until - time.monotonic()))
             return
+        if self.cfg.form == "pod":
+            self._pod_stopping()
+            return
         from nodeagent.shutdown import ShutdownKind, why_stopping
 
         evidence = why_stopping()
@@ -224,6 +229,25 @@ class Departure:
             self.report.set(self.ready_condition)
             return
         self._handle(reason, self.cfg.drain.deadline, "SIGTERM", None)
+
+    def _pod_stopping(self) -> None:
+        """The pod's SIGTERM: a rollout, `helm uninstall` or an eviction never drains.
+
+        Only when logind says a shutdown is under way that this agent has not handled
+        (it started, or got its bus back, in the middle of it) does it drain, exactly as
+        for PrepareForShutdown(true).
+        """
+        from nodeagent.shutdown import preparing_for_shutdown
+
+        if not (self.cfg.shutdown.use_logind and preparing_for_shutdown()):
+            self.status("pod stopping (rollout, uninstall or eviction), not a shutdown: no drain")
+            return
+        self.on_prepare(True, "unknown")
+        with self._state:
+            thread, until = self._logind_thread, self._logind_until
+        if thread is not None:
+            self.status("stopping inside a shutdown; draining first")
+            thread.join(max(0.0, until - time.monotonic()))
 
     # -- the drain ----------------------------------------------------------------
 

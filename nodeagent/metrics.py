@@ -43,6 +43,16 @@ INHIBIT_SHORT = Gauge(
     "1 if logind's inhibit delay is shorter than the drain budget",
     registry=REGISTRY,
 )
+PREVIOUS_BOOT_UNCLEAN = Gauge(
+    "nodeagent_previous_boot_unclean",
+    "1 if the node's previous boot ended without a drain by nodeagent",
+    registry=REGISTRY,
+)
+TERMINATION_GRACE_SHORT = Gauge(
+    "nodeagent_termination_grace_too_short",
+    "1 if the agent's pod was stopped mid-drain with less grace than the drain needed",
+    registry=REGISTRY,
+)
 
 POD_REJECTIONS = Counter(
     "nodeagent_pod_rejections",

@@ -212,6 +212,33 @@ def _list_jobs(bus_address: str | None, timeout: float) -> list[tuple[str, str]]
     return [(str(row[1]), str(row[2])) for row in rows]
 
 
+def preparing_for_shutdown(
+    bus_address: str | None = None, *, timeout: float = JOBS_TIMEOUT
+) -> bool:
+    """logind's ``PreparingForShutdown``: a shutdown is under way (readable by anyone).
+
+    For a SIGTERM that may come from inside that shutdown; like :func:`why_stopping` it
+    returns within about ``timeout`` seconds and never raises (False when unknown).
+    """
+    result: list[bool] = []
+
+    def ask() -> None:
+        deadline = time.monotonic() + timeout
+        try:
+            with _Bus.open(bus_address, deadline) as bus:
+                value = bus.get_property(
+                    LOGIND_NAME, LOGIND_PATH, LOGIND_IFACE, "PreparingForShutdown", deadline
+                )
+            result.append(bool(value))
+        except Exception as exc:  # the stop path must go on whatever the bus did
+            log.warning("cannot ask logind whether a shutdown is under way: %s", _describe(exc))
+
+    worker = threading.Thread(target=ask, name="preparing-for-shutdown", daemon=True)
+    worker.start()
+    worker.join(timeout + 0.5)
+    return bool(result and result[0])
+
+
 class LogindUnavailableError(RuntimeError):
     """logind (or the system bus) could not be reached, or refused the inhibitor lock."""
 

@@ -80,7 +80,10 @@ class AgentProcess:
         path = workdir / f"{node}.toml"
         path.write_text(toml(cfg))
         log = workdir / f"{node}.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("NODEAGENT_")} | (env or {})
+        # One agent per node, and each test agent is a node of its own.
+        lock = {"NODEAGENT_LOCK_FILE": str(workdir / f"{node}.lock")}
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("NODEAGENT_")}
+        env = inherited | lock | (env or {})
         with log.open("ab") as fh:
             proc = subprocess.Popen(
                 [
