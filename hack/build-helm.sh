@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds helm from the Go module proxy into a cache keyed by version (a second run
+# builds nothing) and fetches the prometheus-operator CRDs from that project's Go
+# module, so the chart's ServiceMonitor/PodMonitor/PrometheusRule can be checked by
+# a real API server. Prints the helm binary's path on stdout.
+set -euo pipefail
+helm_version=v3.22.0
+promop_version=v0.85.0
+k8s_minor=35 # the local control plane's minor version (hack/go/k8s/go.mod)
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/nodeagent
+out="$cache/helm-$helm_version"
+crds="$cache/prometheus-operator-crds-$promop_version"
+export GOTOOLCHAIN=local CGO_ENABLED=0
+
+if [ ! -x "$out/helm" ]; then
+  echo "building helm $helm_version into $out (cold: a few minutes)" >&2
+  # Without these the built helm reports version "v3" and Kubernetes v1.20.
+  ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version"
+  for pkg in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+    ldflags+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$k8s_minor"
+  done
+  mkdir -p "$out.tmp"
+  GOBIN="$out.tmp" go install -trimpath -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@$helm_version" >&2
+  rm -rf "$out" && mv "$out.tmp" "$out"
+fi
+
+if [ ! -f "$crds/.complete" ]; then
+  echo "fetching prometheus-operator $promop_version CRDs into $crds" >&2
+  dir=$(go mod download -json "github.com/prometheus-operator/prometheus-operator@$promop_version" |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  mkdir -p "$crds.tmp"
+  for kind in servicemonitors podmonitors prometheusrules; do
+    cp "$dir/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml" "$crds.tmp/"
+  done
+  touch "$crds.tmp/.complete"
+  rm -rf "$crds" && mv "$crds.tmp" "$crds"
+fi
+echo "$out/helm"

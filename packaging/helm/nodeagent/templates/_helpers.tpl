@@ -1,0 +1,43 @@
+{{/* The release's full name, trimmed to a valid object name. */}}
+{{- define "nodeagent.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "nodeagent.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "nodeagent.labels" -}}
+{{ include "nodeagent.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "nodeagent.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "nodeagent.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "nodeagent.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* config.toml: the user's config with the metrics address set from metrics.port. */}}
+{{- define "nodeagent.configToml" -}}
+{{- $cfg := deepCopy .Values.config -}}
+{{- $reporting := default (dict) $cfg.reporting -}}
+{{- if not (hasKey $reporting "metrics_address") -}}
+{{- $_ := set $reporting "metrics_address" (printf "0.0.0.0:%d" (int .Values.metrics.port)) -}}
+{{- end -}}
+{{- $_ := set $cfg "reporting" $reporting -}}
+{{- toToml $cfg -}}
+{{- end -}}

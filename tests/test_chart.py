@@ -1,0 +1,206 @@
+"""The Helm chart and the plain manifests rendered from it: lint, schema, versions, and
+every rendered object accepted by the real API server (admission and PodSecurity
+included) with the real prometheus-operator CRDs installed."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import nodeagent
+from nodeagent.kube import ApiError, Kube
+from tests import kubeutil as ku
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "packaging" / "helm" / "nodeagent"
+MANIFESTS = ROOT / "packaging" / "manifests" / "nodeagent.yaml"
+
+# Every toggle away from its default at once, and the other identity.
+NON_DEFAULT = [
+    "serviceAccount.name=agent",
+    "hostPID=true",
+    "serviceMonitor.enabled=true",
+    "podMonitor.enabled=true",
+    "prometheusRule.enabled=true",
+    "image.tag=0.1.0-custom",
+    "config.drain.deadline=90s",
+    "extraEnv[0].name=NODEAGENT_LOG_FORMAT",
+    "extraEnv[0].value=text",
+    "podSecurityContext.seLinuxOptions.type=super_t",
+]
+KUBELET = ["identity=kubelet", "kubeletIdentity.kubeconfig=/var/lib/kubelet/kubeconfig"]
+
+
+def helm_binary() -> str:
+    out = subprocess.run(
+        [str(ROOT / "hack" / "build-helm.sh")], capture_output=True, text=True, check=True
+    )
+    return out.stdout.strip()
+
+
+def crd_dir() -> Path:
+    helm = Path(helm_binary())
+    (version,) = re.findall(
+        r"^promop_version=(\S+)", (ROOT / "hack/build-helm.sh").read_text(), re.M
+    )
+    return helm.parent.parent / f"prometheus-operator-crds-{version}"
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [helm_binary(), *args], capture_output=True, text=True, check=check, timeout=120
+    )
+
+
+def render(release: str, namespace: str, values: list[str]) -> str:
+    sets = [arg for v in values for arg in ("--set", v)]
+    return helm("template", release, str(CHART), "--namespace", namespace, *sets).stdout
+
+
+def objects(text: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def kubectl(cluster: Any, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    cmd = [str(cluster.bin_dir / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), *args]
+    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=120)
+
+
+def privileged_namespace(kube: Kube, name: str, level: str = "privileged") -> str:
+    labels = {"pod-security.kubernetes.io/enforce": level}
+    kube.post("/api/v1/namespaces", {"metadata": {"name": name, "labels": labels}})
+    return name
+
+
+@pytest.fixture(scope="module")
+def monitoring_crds(cluster: Any) -> None:
+    """The real CRDs from prometheus-operator's module: a stub would accept anything."""
+    for path in sorted(crd_dir().glob("*.yaml")):
+        done = kubectl(cluster, "apply", "--server-side", "-f", str(path))
+        assert done.returncode == 0, done.stderr
+    for kind in ("servicemonitors", "podmonitors", "prometheusrules"):
+        done = kubectl(
+            cluster, "wait", "--for=condition=Established", "--timeout=60s",
+            f"crd/{kind}.monitoring.coreos.com",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+
+
+def test_lint_strict() -> None:
+    for values in ([], NON_DEFAULT, KUBELET):
+        sets = [arg for v in values for arg in ("--set", v)]
+        done = helm("lint", "--strict", str(CHART), *sets, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("metrics.port=abc", "at '/metrics/port': got string, want integer"),
+        ("hostPID=yes", "at '/hostPID': got string, want boolean"),
+        ("identity=root", "at '/identity': value must be one of"),
+        ("image.repository=", "at '/image/repository': minLength"),
+        ("metric.port=1", "additional properties 'metric' not allowed"),
+    ],
+)
+def test_schema_rejects(value: str, message: str) -> None:
+    done = helm("template", "x", str(CHART), "--set", value, check=False)
+    assert done.returncode == 1 and message in done.stderr, done.stderr
+    assert "values don't meet the specifications of the schema" in done.stderr
+
+
+def test_versions_agree() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert chart["version"] == chart["appVersion"] == project["version"] == nodeagent.__version__
+    (ds,) = [o for o in objects(render("r", "ns", [])) if o["kind"] == "DaemonSet"]
+    image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image.rsplit(":", 1)[1] == chart["appVersion"]
+
+
+def test_plain_manifests_match_the_chart(tmp_path: Path) -> None:
+    fresh = tmp_path / "nodeagent.yaml"
+    subprocess.run([str(ROOT / "hack" / "render-manifests"), str(fresh)], check=True)
+    assert MANIFESTS.read_text() == fresh.read_text(), "run hack/render-manifests"
+    kinds = [o["kind"] for o in objects(MANIFESTS.read_text())]
+    assert kinds[0] == "Namespace" and "DaemonSet" in kinds
+
+
+def test_config_is_valid_for_the_agent(tmp_path: Path) -> None:
+    """The rendered config.toml loads in the agent itself: a key the chart invents fails."""
+    from nodeagent import config
+
+    for values in ([], NON_DEFAULT):
+        (cm,) = [o for o in objects(render("r", "ns", values)) if o["kind"] == "ConfigMap"]
+        path = tmp_path / "config.toml"
+        path.write_text(cm["data"]["config.toml"])
+        (ds,) = [o for o in objects(render("r", "ns", values)) if o["kind"] == "DaemonSet"]
+        env = {
+            e["name"]: e["value"]
+            for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]
+            if "value" in e
+        }
+        cfg = config.load(str(path), environ=env | {"NODE_NAME": "n1"})
+        assert cfg.form == "pod" and cfg.reporting.metrics_address == "0.0.0.0:9102"
+
+
+@pytest.mark.parametrize(
+    ("name", "values"),
+    [("default", []), ("non-default", NON_DEFAULT), ("kubelet", KUBELET)],
+)
+def test_server_accepts_every_object(
+    name: str, values: list[str], cluster: Any, kube: Kube, monitoring_crds: None
+) -> None:
+    ns = privileged_namespace(kube, ku.unique(f"chart-{name}"))
+    text = render(f"na-{name}", ns, values)
+    done = kubectl(cluster, "apply", "--dry-run=server", "-n", ns, "-f", "-", stdin=text)
+    assert done.returncode == 0, done.stderr
+    created = done.stdout.strip().splitlines()
+    assert len(created) == len(objects(text)), done.stdout
+    assert all(line.endswith("(server dry run)") for line in created), done.stdout
+    assert "Warning" not in done.stderr, done.stderr
+
+
+def test_plain_manifests_accepted(cluster: Any, kube: Kube) -> None:
+    """`kubectl apply -f` of the plain manifests: their Namespace for real (a dry run
+    cannot create what the rest goes into; the DaemonSet would run on every test node),
+    then all of it as a server dry run."""
+    text = MANIFESTS.read_text()
+    namespace = yaml.safe_dump(objects(text)[0])
+    assert kubectl(cluster, "apply", "-f", "-", stdin=namespace).returncode == 0
+    done = kubectl(cluster, "apply", "--dry-run=server", "-f", "-", stdin=text)
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.strip().splitlines()) == len(objects(text))
+
+
+@pytest.mark.parametrize("level", ["privileged", "baseline"])
+def test_the_agent_pod_needs_podsecurity_privileged(level: str, kube: Kube) -> None:
+    """The DaemonSet's pod as its controller would create it: admitted only where the
+    namespace enforces "privileged" (what NOTES.txt and the README ask for)."""
+    ns = privileged_namespace(kube, ku.unique(f"psa-{level}"), level)
+    (ds,) = [o for o in objects(render("na", ns, [])) if o["kind"] == "DaemonSet"]
+    template = ds["spec"]["template"]
+    template["spec"]["serviceAccountName"] = "default"
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "agent", **{
+        "labels": template["metadata"]["labels"]}}, "spec": template["spec"]}  # fmt: skip
+    path = f"/api/v1/namespaces/{ns}/pods?dryRun=All"
+    if level == "privileged":
+        kube.post(path, pod)
+        return
+    with pytest.raises(ApiError) as err:
+        kube.post(path, pod)
+    assert err.value.status == 403 and "violates PodSecurity" in str(err.value)
+    assert "hostPath volumes" in str(err.value)
+
+
+def test_schema_file_is_json() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert set(values) <= set(schema["properties"])
