@@ -4,20 +4,24 @@ that stay on the node after their eviction (finalizers)."""
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from nodeagent import conditions
 from nodeagent.drain import Drain, DrainOptions, PodState, pod_state
 from nodeagent.evacuate import outcome_condition
-from nodeagent.kube import JSON, Kube, pods_path
+from nodeagent.kube import JSON, Kube, node_path, pods_path
 from nodeagent.podfilter import FinishedPods, controller_of
 from nodeagent.report import EventRecorder
 from nodeagent.summary import render
 from tests import kubeutil as ku
+from tests.agentproc import AgentProcess
 
 HOLD = "test.nodeagent.io/hold"
 
@@ -261,3 +265,28 @@ def test_cli_names_the_finalizers_left_at_the_deadline(
     assert res.returncode == 3, res.stdout + res.stderr
     assert "timed-out" in res.stdout and "blocked 1, forced 0" in res.stdout, res.stdout
     assert f"blocked: {group}/held (" in res.stdout and f"finalizers {HOLD}" in res.stdout
+
+
+def test_node_condition_names_the_finalizers_left(
+    cluster: Any, kube: Kube, admin_kubeconfig: str, tmp_path: Path
+) -> None:
+    """The agent's own drains (here an evacuation) report what is left on the Node."""
+    group, node, _ = ku.node_pair(cluster, kube, "held")
+    held_pod(kube, group, "held", node)
+    ku.wait_running(kube, node, 1)
+    agent = AgentProcess.start(tmp_path, admin_kubeconfig, node, {"drain": {"deadline": "3s"}})
+    try:
+        taint = {"key": "nodeagent.io/evacuate", "effect": "NoSchedule"}
+        kube.merge_patch(node_path(node), {"spec": {"taints": [taint]}})
+        cond = ku.wait_until(
+            lambda: (lambda c: c if c and c["reason"] == "Blocked" else None)(
+                conditions.find(ku.node(kube, node), conditions.DRAINED)
+            ),
+            30,
+            "NodeAgentDrained Blocked",
+        )
+    finally:
+        agent.stop(signal.SIGKILL)
+        release(kube, group, "held")
+    assert cond["status"] == "False"
+    assert f"left: {group}/held (" in cond["message"] and f"finalizers {HOLD}" in cond["message"]
