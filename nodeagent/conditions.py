@@ -59,6 +59,10 @@ def inhibit_delay_too_short(message: str) -> Condition:
     return Condition(READY, "True", "InhibitDelayTooShort", message)
 
 
+def termination_grace_too_short(message: str) -> Condition:
+    return Condition(READY, "True", "TerminationGraceTooShort", message)
+
+
 def agent_removed() -> Condition:
     # Unknown, as the kubelet leaves its own conditions when it stops posting: nothing on the
     # node reports any more, which is neither healthy nor failed.

@@ -95,6 +95,10 @@ class ShutdownConfig:
     # with the remaining grace lets it stop cleanly instead.
     force_after_deadline: bool = True
     use_logind: bool = True
+    # The pod form's terminationGracePeriodSeconds (the chart sets it; 0s: not known). The
+    # kubelet's graceful node shutdown, where on, stops the agent's pod mid-drain with at
+    # most this much grace; shorter than the drain deadline is reported.
+    termination_grace: float = duration("0s")
 
 
 @dataclass

@@ -158,6 +158,7 @@ class Agent:
         self.notify.send("READY=1", "STATUS=starting")
         if not self._wait_for_node_lock():
             return 0  # stopped while another agent ran the node: nothing of ours to undo
+        self.departure.check_termination_grace()
         for loop in self._loops():
             self._start_loop(loop)
         while not self._sigterm.wait(WATCHDOG_INTERVAL):

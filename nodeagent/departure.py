@@ -211,6 +211,8 @@ class Departure:
             if thread is not None:
                 # logind's drain is still running: exiting now would kill it midway.
                 self.status("stopping; waiting for the logind-triggered drain")
+                if self.cfg.form == "pod":
+                    self._report_grace(until - time.monotonic())
                 thread.join(max(0.0, until - time.monotonic()))
             return
         if self.cfg.form == "pod":
@@ -229,6 +231,37 @@ class Departure:
             self.report.set(self.ready_condition)
             return
         self._handle(reason, self.cfg.drain.deadline, "SIGTERM", None)
+
+    def check_termination_grace(self) -> None:
+        """At start in the pod form: a pod grace shorter than the drain deadline means the
+        kubelet's graceful node shutdown, where on, would kill the agent mid-drain."""
+        grace = self.cfg.shutdown.termination_grace
+        if self.cfg.form == "pod" and grace and grace < self.cfg.drain.deadline + FINISH_GRACE:
+            self._grace_too_short(
+                f"terminationGracePeriodSeconds {grace:.0f}s is shorter than the drain deadline "
+                f"{self.cfg.drain.deadline:.0f}s: the kubelet's graceful node shutdown, if on, "
+                "kills this agent mid-drain"
+            )
+
+    def _report_grace(self, needed: float) -> None:
+        """SIGTERM mid-drain in a pod: the kubelet's graceful node shutdown is stopping it
+        with grace min(terminationGracePeriodSeconds, shutdownGracePeriodCriticalPods).
+        The second is the kubelet's and not visible here, so this is always reported: the
+        supported setting is that shutdown off."""
+        grace = self.cfg.shutdown.termination_grace
+        bound = f"at most {grace:.0f}s" if grace else "unknown"
+        self._grace_too_short(
+            f"The kubelet's graceful node shutdown stopped this agent {needed:.0f}s before its "
+            f"drain deadline, with a grace of {bound} (and no more than the kubelet's "
+            "shutdownGracePeriodCriticalPods): turn it off, or keep both above the deadline"
+        )
+        self.report.flush(min(2.0, max(0.1, needed)))
+
+    def _grace_too_short(self, message: str) -> None:
+        log.warning("%s", message)
+        metrics.TERMINATION_GRACE_SHORT.set(1)
+        self.ready_condition = conditions.termination_grace_too_short(message)
+        self.report.set(self.ready_condition)
 
     def _pod_stopping(self) -> None:
         """The pod's SIGTERM: a rollout, `helm uninstall` or an eviction never drains.

@@ -15,7 +15,7 @@ import pytest
 
 from nodeagent.shutdown import LOGIND_IFACE, LOGIND_NAME, LOGIND_PATH
 from tests import kubeutil as ku
-from tests.agentproc import AgentProcess
+from tests.agentproc import AgentProcess, merged
 from tests.test_shutdown_dbus import (
     Bus,
     cordoned,
@@ -48,7 +48,8 @@ def start_agent(
     # unknown = drain: the host form would drain on a plain SIGTERM, so the pod form's
     # not draining is its own doing.
     plain_kill = extra.pop("plain_kill", "drain")
-    config = {"shutdown": {"use_logind": True, "unknown": plain_kill, "stop": plain_kill}, **extra}
+    shutdown = {"use_logind": True, "unknown": plain_kill, "stop": plain_kill}
+    config = merged({"shutdown": shutdown}, extra)
     env = {
         "DBUS_SYSTEM_BUS_ADDRESS": logind.address,
         "NODEAGENT_FORM": form,
@@ -175,3 +176,48 @@ def test_an_unusable_lock_file_is_one_line(admin_kubeconfig: str, tmp_path: Path
         .splitlines()[-1]
         .endswith("No such file or directory (set lock_file, or NODEAGENT_LOCK_FILE)")
     ), done.stderr
+
+
+def ready_reason(kube: Any, node: str) -> str:
+    conds = ku.node(kube, node).get("status", {}).get("conditions") or []
+    return next((c["reason"] for c in conds if c["type"] == "NodeAgentReady"), "")
+
+
+@pytest.mark.parametrize("form", ["pod", "host"])
+def test_a_pod_grace_shorter_than_the_deadline_is_reported_at_start(
+    form: str, logind: Bus, cluster: Any, kube: Any, admin_kubeconfig: str, tmp_path: Path
+) -> None:
+    node = node_with_a_pod(cluster, kube, f"grace-{form}")
+    short = {"drain": {"deadline": "60s"}, "shutdown": {"termination_grace": "10s"}}
+    with agent_on(logind, tmp_path, admin_kubeconfig, node, form, **short) as agent:
+        ku.wait_until(lambda: ready_reason(kube, node) != "", 30, "the heartbeat")
+        reported = agent.metric("nodeagent_termination_grace_too_short")
+        reason = ready_reason(kube, node)
+    if form == "host":  # no kubelet stops a systemd unit
+        assert (reason, reported) == ("AgentRunning", 0), agent.output()
+        return
+    assert (reason, reported) == ("TerminationGraceTooShort", 1), agent.output()
+
+
+def test_the_kubelet_stopping_the_pod_mid_drain_is_reported(
+    logind: Bus, cluster: Any, kube: Any, admin_kubeconfig: str, tmp_path: Path
+) -> None:
+    """The kubelet's graceful node shutdown SIGTERMs the agent while a PDB holds its
+    drain: condition and metric say so before the kubelet's SIGKILL."""
+    group, node, _spare = ku.node_pair(cluster, kube, "midgrace")
+    ku.deployment(kube, group, "quorum", group, 2)
+    ku.pdb(kube, group, "quorum", {"app": "quorum"}, minAvailable=2)  # never allows
+    ku.wait_running(kube, node, 2)
+    ku.wait_pdb_ready(kube, group, "quorum")
+    config = {"drain": {"deadline": "40s"}, "shutdown": {"termination_grace": "45s"}}
+    with agent_on(logind, tmp_path, admin_kubeconfig, node, **config) as agent:
+        ku.wait_until(lambda: ready_reason(kube, node) == "AgentRunning", 30, "the heartbeat")
+        preparing(logind, True)
+        emit_prepare(logind, True, "poweroff")
+        ku.wait_until(lambda: "eviction blocked" in agent.output(), 15, "the drain under way")
+        agent.proc.send_signal(signal.SIGTERM)
+        ku.wait_until(
+            lambda: ready_reason(kube, node) == "TerminationGraceTooShort", 15, "the report"
+        )
+        assert agent.metric("nodeagent_termination_grace_too_short") == 1
+        assert agent.proc.poll() is None  # still draining inside its grace
