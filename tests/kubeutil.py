@@ -206,3 +206,25 @@ def node_pair(cluster: Any, kube: Kube, prefix: str) -> tuple[str, str, str]:
 
 def open_node(kube: Kube, name: str) -> None:
     kube.merge_patch(node_path(name), {"spec": {"unschedulable": False}})
+
+
+def shipped_identity(
+    cluster: Any, kube: Kube, node: str, group: str, tmp_path: Path, roles: tuple[str, ...]
+) -> Kube:
+    """A client for a fresh agent identity of `node` bound to `roles` of
+    packaging/rbac.yaml only (copies named after `group`)."""
+    import yaml
+
+    members = f"nodeagent:agents:{group}"
+    paths = {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings"}
+    with open("packaging/rbac.yaml") as fh:
+        docs = [d for d in yaml.safe_load_all(fh) if d["metadata"]["name"] in roles]
+    for doc in docs:
+        doc["metadata"]["name"] += f"-{group}"
+        if doc["kind"] == "ClusterRoleBinding":
+            doc["roleRef"]["name"] += f"-{group}"
+            doc["subjects"] = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                                "name": members}]  # fmt: skip
+        kube.post(f"/apis/rbac.authorization.k8s.io/v1/{paths[doc['kind']]}", doc)
+    kc = cluster.mint_kubeconfig(f"system:nodeagent:{node}", [members], tmp_path / "a.kc")
+    return Kube.from_kubeconfig(str(kc))

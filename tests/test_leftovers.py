@@ -13,8 +13,16 @@ import pytest
 from nodeagent.config import Config, LeftoversConfig
 from nodeagent.daemon import Agent
 from nodeagent.kube import JSON, Kube, node_path, pods_path
-from nodeagent.leftovers import EVENT_REASON, Verdict, boot_time, killed_at, verdict
+from nodeagent.leftovers import (
+    EVENT_REASON,
+    LeftoverCleaner,
+    Verdict,
+    boot_time,
+    killed_at,
+    verdict,
+)
 from nodeagent.rejection import rejection_of
+from nodeagent.report import EventRecorder
 from tests import kubeutil as ku
 from tests.agentproc import AgentProcess
 
@@ -195,3 +203,23 @@ def test_after_boot_the_agent_deletes_replaced_leftovers(
 
 def pod_events(kube: Kube, ns: str) -> list[JSON]:
     return list(kube.get(f"/api/v1/namespaces/{ns}/events")["items"])
+
+
+def test_the_shipped_role_is_enough(cluster: Any, kube: Kube, tmp_path: Path) -> None:
+    """List the node's pods, read the ReplicaSet, delete, send the Event: as the
+    agent's own identity with packaging/rbac.yaml's role and nothing else."""
+    group, node, spare = ku.node_pair(cluster, kube, "role")
+    ku.deployment(kube, group, "web", group, 1)
+    ku.wait_running(kube, node, 1)
+    ku.open_node(kube, spare)
+    kube.merge_patch(node_path(node), {"spec": {"unschedulable": True}})
+    shut_down(kube, node, time.time(), 1)
+    ku.wait_until(lambda: ku.running(ku.pods_on(kube, spare)), 30, "the replacement")
+    agent = ku.shipped_identity(cluster, kube, node, group, tmp_path, ("nodeagent",))
+    events = EventRecorder(agent, node)
+    # This boot began after that shutdown, as far as this pass is concerned.
+    cleaned = LeftoverCleaner(agent, node, LeftoversConfig(), events, time.time() + 60).run()
+    events.flush()
+    assert [c.verdict for c in cleaned] == [Verdict.DELETE]
+    assert failed(ku.pods_on(kube, node)) == []
+    assert [e["reason"] for e in pod_events(kube, group)].count(EVENT_REASON) == 1

@@ -665,22 +665,7 @@ def test_restart_mid_recreation_recreates_exactly_once(env: Env, step: str) -> N
 
 
 def bind_shipped_roles(env: Env, tmp_path: Path, roles: tuple[str, ...]) -> Kube:
-    """A client for a fresh identity bound to `roles` of packaging/rbac.yaml only."""
-    import yaml
-
-    group = f"nodeagent:agents:{env.group}"
-    paths = {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings"}
-    with open("packaging/rbac.yaml") as fh:
-        docs = [d for d in yaml.safe_load_all(fh) if d["metadata"]["name"] in roles]
-    for doc in docs:
-        doc["metadata"]["name"] += f"-{env.group}"
-        if doc["kind"] == "ClusterRoleBinding":
-            doc["roleRef"]["name"] += f"-{env.group}"
-            doc["subjects"] = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
-                                "name": group}]  # fmt: skip
-        env.kube.post(f"/apis/rbac.authorization.k8s.io/v1/{paths[doc['kind']]}", doc)
-    kc = env.cluster.mint_kubeconfig(f"system:nodeagent:{env.node}", [group], tmp_path / "a.kc")
-    return Kube.from_kubeconfig(str(kc))
+    return ku.shipped_identity(env.cluster, env.kube, env.node, env.group, tmp_path, roles)
 
 
 @contextmanager
