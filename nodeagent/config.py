@@ -99,6 +99,10 @@ class ShutdownConfig:
     # kubelet's graceful node shutdown, where on, stops the agent's pod mid-drain with at
     # most this much grace; shorter than the drain deadline is reported.
     termination_grace: float = duration("0s")
+    # Opt-in: a logind drop-in (e.g. /etc/systemd/logind.conf.d/zz-nodeagent.conf)
+    # written at start raising InhibitDelayMaxSec to fit the drain, logind then told to
+    # re-read it. "" is off.
+    logind_dropin: str = field(default="", metadata={"empty_means": "off", "check": "absolute"})
 
 
 @dataclass

@@ -159,6 +159,8 @@ class Agent:
         if not self._wait_for_node_lock():
             return 0  # stopped while another agent ran the node: nothing of ours to undo
         self.departure.check_termination_grace()
+        if self.cfg.shutdown.logind_dropin:
+            self._raise_logind_delay(self.cfg.shutdown.logind_dropin)
         for loop in self._loops():
             self._start_loop(loop)
         while not self._sigterm.wait(WATCHDOG_INTERVAL):
@@ -186,6 +188,18 @@ class Agent:
         if seen is not None:
             self.notify.status(f"took over the node from {seen.describe()}")
         return True
+
+    def _raise_logind_delay(self, path: str) -> None:
+        """The opt-in drop-in; a failure leaves logind's delay as it is, which the logind
+        loop then reports if it is too short."""
+        from nodeagent.logindconf import ensure_dropin
+        from nodeagent.shutdown import LogindUnavailableError, system_bus_address
+
+        try:
+            if ensure_dropin(path, self.cfg.drain.deadline, system_bus_address()):
+                self.notify.status(f"wrote {path} and made logind re-read it")
+        except (OSError, LogindUnavailableError) as exc:
+            log.warning("logind drop-in %s not applied: %s", path, exc)
 
     def _loops(self) -> list[Loop]:
         heartbeat_bound = self.cfg.reporting.heartbeat_interval + READ_TIMEOUT + 15

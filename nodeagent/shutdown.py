@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -210,6 +211,20 @@ def _list_jobs(bus_address: str | None, timeout: float) -> list[tuple[str, str]]
         (rows,) = bus.call(new_method_call(manager, "ListJobs"), deadline)
     # Each row is (id, unit, job_type, state, job_path, unit_path).
     return [(str(row[1]), str(row[2])) for row in rows]
+
+
+def reload_logind(bus_address: str | None = None, *, timeout: float = START_TIMEOUT) -> None:
+    """Make logind re-read its drop-ins: SIGHUP to its main process through systemd, as
+    the kubelet does after writing 99-kubelet.conf (Debian 12's unit has no reload)."""
+    from jeepney import DBusAddress, new_method_call
+
+    manager = DBusAddress(SYSTEMD_PATH, bus_name=SYSTEMD_NAME, interface=SYSTEMD_IFACE)
+    msg = new_method_call(
+        manager, "KillUnit", "ssi", ("systemd-logind.service", "main", signal.SIGHUP)
+    )
+    deadline = time.monotonic() + timeout
+    with _Bus.open(bus_address, deadline) as bus:
+        bus.call(msg, deadline)
 
 
 def preparing_for_shutdown(

@@ -13,7 +13,14 @@ from typing import Any
 
 import pytest
 
-from nodeagent.shutdown import LOGIND_IFACE, LOGIND_NAME, LOGIND_PATH
+from nodeagent.shutdown import (
+    LOGIND_IFACE,
+    LOGIND_NAME,
+    LOGIND_PATH,
+    SYSTEMD_IFACE,
+    SYSTEMD_NAME,
+    SYSTEMD_PATH,
+)
 from tests import kubeutil as ku
 from tests.agentproc import AgentProcess, merged
 from tests.test_shutdown_dbus import (
@@ -221,3 +228,26 @@ def test_the_kubelet_stopping_the_pod_mid_drain_is_reported(
         )
         assert agent.metric("nodeagent_termination_grace_too_short") == 1
         assert agent.proc.poll() is None  # still draining inside its grace
+
+
+def test_the_opt_in_logind_dropin_is_written_and_logind_told(
+    logind: Bus, cluster: Any, kube: Any, admin_kubeconfig: str, tmp_path: Path
+) -> None:
+    """shutdown.logind_dropin: the drop-in fits the drain deadline, and systemd is asked
+    to SIGHUP logind's main process; a restart with the same file changes nothing."""
+    logind.start_mock("systemd", SYSTEMD_NAME)
+    mock_call(
+        logind, SYSTEMD_PATH, "AddMethod", "sssss", (SYSTEMD_IFACE, "KillUnit", "ssi", "", "")
+    )
+    node = node_with_a_pod(cluster, kube, "dropin")
+    dropin = tmp_path / "logind.conf.d" / "zz-nodeagent.conf"
+    dropin.parent.mkdir()
+    config = {"drain": {"deadline": "60s"}, "shutdown": {"logind_dropin": str(dropin)}}
+    for _restart in range(2):
+        with agent_on(logind, tmp_path, admin_kubeconfig, node, **config):
+            pass
+    assert "InhibitDelayMaxSec=68\n" in dropin.read_text()  # 60 s + 5 s margin + 3 s
+    assert oct(dropin.stat().st_mode & 0o777) == "0o644"
+    (calls,) = mock_call(logind, SYSTEMD_PATH, "GetMethodCalls", "s", ("KillUnit",))
+    sent = [tuple(value for _sig, value in args) for _ts, args in calls]
+    assert sent == [("systemd-logind.service", "main", 1)]  # once: the restart wrote nothing
