@@ -1,0 +1,140 @@
+"""The container image (Containerfile, built by hack/build-image), as built and as run.
+
+The archives' metadata is read as a registry or runtime would. Then the image's root file
+system (unpacked with umoci from the OCI archive, as Flatcar's nodeagent-image.service unpacks
+it from Docker) runs under the Flatcar unit of ignition/ in a booted systemd-nspawn container:
+host network (the container shares it), the container's real system bus and logind through the
+bind-mounted /run/dbus. The agent in the image takes its logind delay lock and drains the node
+against the local control plane when the container powers off.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tarfile
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeagent.kube import Kube
+from tests.nspawn import hack, nspawn_root
+from tests.test_system import (
+    DEADLINE,
+    LOGIND_DELAY,
+    MARGIN,
+    Node,
+    assert_drained,
+    config,
+    new_node,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+FLATCAR_UNIT = REPO / "ignition" / "flatcar" / "nodeagent.service"
+ROOTFS = "var/lib/nodeagent-image/rootfs"  # RootDirectory= of the Flatcar unit
+
+
+@pytest.fixture(scope="module")
+def archives() -> tuple[Path, Path]:
+    oci, docker = hack("build-image", 1800)
+    return oci, docker
+
+
+def member(archive: tarfile.TarFile, name: str) -> Any:
+    handle = archive.extractfile(name)
+    assert handle is not None, name
+    return json.load(handle)
+
+
+def blob(archive: tarfile.TarFile, digest: str) -> Any:
+    return member(archive, "blobs/" + digest.replace(":", "/"))
+
+
+def test_oci_archive_is_tagged_and_labelled_with_the_version(archives: tuple[Path, Path]) -> None:
+    with tarfile.open(archives[0]) as oci:
+        (entry,) = member(oci, "index.json")["manifests"]
+        assert entry["annotations"]["org.opencontainers.image.ref.name"] == VERSION
+        manifest = blob(oci, entry["digest"])
+        image = blob(oci, manifest["config"]["digest"])
+    cfg = image["config"]
+    assert cfg["Entrypoint"] == ["nodeagent"]
+    labels = cfg["Labels"]
+    assert labels["org.opencontainers.image.version"] == VERSION
+    assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
+    assert labels["org.opencontainers.image.source"]
+
+
+def test_docker_archive_carries_the_same_image(archives: tuple[Path, Path]) -> None:
+    with tarfile.open(archives[1]) as docker:
+        (entry,) = member(docker, "manifest.json")
+        image = member(docker, entry["Config"])
+    assert entry["RepoTags"] == [f"localhost/nodeagent:{VERSION}"]
+    assert image["config"]["Entrypoint"] == ["nodeagent"]
+    assert image["config"]["Labels"]["org.opencontainers.image.version"] == VERSION
+
+
+def unpack(oci: Path, workdir: Path, rootfs: Path) -> None:
+    """The image's root file system at ``rootfs``, layers applied as a runtime applies them."""
+    layout = workdir / "layout"
+    layout.mkdir()
+    with tarfile.open(oci) as archive:
+        archive.extractall(layout, filter="tar")
+    bundle = workdir / "bundle"
+    subprocess.run(
+        ["umoci", "unpack", "--image", f"{layout}:{VERSION}", str(bundle)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    rootfs.parent.mkdir(parents=True, exist_ok=True)
+    (bundle / "rootfs").rename(rootfs)
+
+
+@pytest.fixture
+def flatcar_node(
+    cluster: Any, kube: Kube, archives: tuple[Path, Path], tmp_path: Path
+) -> Iterator[Node]:
+    """A node without the package, with the image's root and the Flatcar unit, enabled."""
+    with new_node(cluster, kube, nspawn_root(), tmp_path) as node:
+        machine = node.machine
+        unpack(archives[0], tmp_path, machine.path(ROOTFS))
+        machine.install_kubelet()
+        units = machine.path("etc/systemd/system")
+        (units / "nodeagent.service").write_text(FLATCAR_UNIT.read_text())
+        (units / "multi-user.target.wants" / "nodeagent.service").symlink_to(
+            "/etc/systemd/system/nodeagent.service"
+        )
+        machine.verbose_agent()
+        dropins = machine.path("etc/systemd/logind.conf.d")
+        dropins.mkdir(parents=True)
+        (dropins / "zz-nodeagent.conf").write_text(
+            (REPO / "systemd" / "logind-nodeagent.conf").read_text()
+        )
+        machine.write_kubeconfig(Path(cluster.kubeconfig).read_text())
+        machine.write_config(config(node.name))
+        yield node
+
+
+def test_image_takes_the_logind_lock_and_drains_on_poweroff(flatcar_node: Node) -> None:
+    node, machine = flatcar_node, flatcar_node.machine
+    node.workloads()
+    node.boot()
+    node.agent_ready()
+
+    locks = [row for row in machine.inhibitors() if row[0] == "nodeagent" and row[7] == "delay"]
+    assert locks, machine.inhibitors()
+    assert machine.logind_delay() == LOGIND_DELAY
+    # Type=notify through RootDirectory: systemd has the agent's READY=1 and STATUS=.
+    status = machine.run("systemctl", "show", "-P", "StatusText", "nodeagent").stdout.strip()
+    assert status, machine.run("systemctl", "status", "nodeagent").stdout
+    inside = machine.run("chroot", f"/{ROOTFS}", "nodeagent", "version").stdout.strip()
+    assert inside == f"nodeagent {VERSION}"
+
+    assert machine.run("poweroff").returncode == 0
+    assert machine.wait_exit(DEADLINE + MARGIN) == 0
+    assert_drained(node, "poweroff")
+    assert any("drain for poweroff: drained" in m for m in machine.messages())
