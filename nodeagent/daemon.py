@@ -179,10 +179,12 @@ class Agent:
         while (holder := self.node_lock.try_acquire()) is not None:
             if holder != seen:
                 seen = holder
-                self.notify.status(
+                why = (
                     f"standing by: {holder.describe()} runs this node "
                     f"(lock {self.node_lock.path}); taking over when it exits"
                 )
+                log.warning("%s", why)  # at every log level: two agents on a node is news
+                self.notify.send(f"STATUS={why}")
             if self._sigterm.wait(1.0):
                 return False
         if seen is not None:

@@ -36,8 +36,8 @@ from tests.test_shutdown_dbus import (
 )
 
 
-@pytest.fixture
-def logind(tmp_path: Path) -> Iterator[Bus]:
+@contextlib.contextmanager
+def mock_logind(tmp_path: Path) -> Iterator[Bus]:
     """A private system bus with a mock logind that lets shutdowns wait 120 s."""
     bus = start_bus(tmp_path)
     try:
@@ -47,6 +47,12 @@ def logind(tmp_path: Path) -> Iterator[Bus]:
         yield bus
     finally:
         bus.stop()
+
+
+@pytest.fixture
+def logind(tmp_path: Path) -> Iterator[Bus]:
+    with mock_logind(tmp_path) as bus:
+        yield bus
 
 
 def start_agent(
