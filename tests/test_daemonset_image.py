@@ -11,6 +11,7 @@ python-dbusmock's logind, bind-mounted at /run/dbus as the manifest's hostPath i
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -78,19 +79,23 @@ class Rendered:
         return dict(container)
 
 
-@pytest.fixture(scope="module")
-def rendered(cluster: Any, kube: Kube) -> Rendered:
-    """The default rendering (a port of its own: nspawn shares the host's network with
-    every other test); everything but the DaemonSet applied for real (its controller
-    would start a pod on every test node), the pods below stand in for it."""
+def render_applied(cluster: Any, kube: Kube, values: list[str]) -> Rendered:
+    """A rendering (with a port of its own: nspawn shares the host's network with every
+    other test); everything but the DaemonSet applied for real (its controller would
+    start a pod on every test node), the pods below stand in for it."""
     ns = privileged_namespace(kube, ku.unique("podimg"))
-    docs = objects(render("na", ns, [f"metrics.port={free_port()}"]))
+    docs = objects(render(ns, ns, [f"metrics.port={free_port()}", *values]))
     (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
     (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
     rest = [d for d in docs if d["kind"] != "DaemonSet"]
     done = kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump_all(rest))
     assert done.returncode == 0, done.stderr
     return Rendered(ns, ds, cm)
+
+
+@pytest.fixture(scope="module")
+def rendered(cluster: Any, kube: Kube) -> Rendered:
+    return render_applied(cluster, kube, [])
 
 
 class PodRun:
@@ -129,11 +134,18 @@ class PodRun:
             source = self.volume_source(volumes[mount["name"]])
             flag = "--bind-ro" if mount.get("readOnly") else "--bind"
             args.append(f"{flag}={source}:{mount['mountPath']}")
-        args.append(f"--bind-ro={self.service_account_dir()}:{SA_DIR}")
+        if self.rendered.pod_spec.get("automountServiceAccountToken", True):
+            args.append(f"--bind-ro={self.service_account_dir()}:{SA_DIR}")
         # A runtime makes the mount points in the container's own layer; the root here is
         # mounted read-only as the manifest asks, so they are made beforehand.
         for arg in args:
-            (self.rootfs / arg.rsplit(":", 1)[1].lstrip("/")).mkdir(parents=True, exist_ok=True)
+            source, target = arg.split("=", 1)[1].rsplit(":", 1)
+            point = self.rootfs / target.lstrip("/")
+            if Path(source).is_file():
+                point.parent.mkdir(parents=True, exist_ok=True)
+                point.touch()
+            else:
+                point.mkdir(parents=True, exist_ok=True)
         return args
 
     def volume_source(self, volume: JSON) -> Path:
@@ -141,6 +153,8 @@ class PodRun:
             path = self.host_path(volume["hostPath"]["path"])
             if volume["hostPath"].get("type") in ("Directory", "DirectoryOrCreate"):
                 path.mkdir(parents=True, exist_ok=True)
+            if volume["hostPath"].get("type") == "File":
+                assert path.is_file(), f"the node has no {volume['hostPath']['path']}"
             return path
         if "configMap" in volume:
             path = self.host / self.name / "config"
@@ -234,7 +248,17 @@ class PodRun:
         return self.proc.wait(timeout)
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+        """SIGKILL the container's PID 1 (and with it the container), then nspawn: a
+        killed nspawn would leave its container running."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        for pid in children.read_text().split() if children.exists() else []:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
 
@@ -348,3 +372,30 @@ def test_the_chart_names_the_image_that_was_built(archives: list[Path]) -> None:
         (entry,) = json.load(handle)
     (ds,) = [d for d in objects(render("na", "ns", [])) if d["kind"] == "DaemonSet"]
     assert entry["RepoTags"] == [ds["spec"]["template"]["spec"]["containers"][0]["image"]]
+
+
+KUBELET_KUBECONFIG = "/var/lib/kubelet/kubeconfig"
+
+
+def test_the_kubelet_identity_drains_too(
+    image_root: Path, cluster: Any, kube: Kube, logind: Bus, tmp_path: Path
+) -> None:
+    """identity=kubelet: the node's own kubelet credentials, read-only from the host
+    paths the manifest names, and no ServiceAccount token at all."""
+    rendered = render_applied(
+        cluster, kube, ["identity=kubelet", f"kubeletIdentity.kubeconfig={KUBELET_KUBECONFIG}"]
+    )
+    assert rendered.pod_spec["automountServiceAccountToken"] is False
+    node = node_with_a_pod(cluster, kube, "imgkubelet")
+    pod = PodRun(rendered, image_root, tmp_path, ku.unique("agent"), node, cluster, kube, logind)
+    cluster.mint_node_kubeconfig(node, pod.host_path(KUBELET_KUBECONFIG))
+    try:
+        pod.start()
+        holds_the_lock(logind, pod)
+        preparing(logind, True)
+        emit_prepare(logind, True, "reboot")
+        wait_for(lambda: not our_inhibitors(logind), 120)
+        assert cordoned(kube, node) and drained(kube, node), pod.output()
+        assert drain_result(kube, node) == "drained", pod.output()
+    finally:
+        pod.kill()
