@@ -117,6 +117,14 @@ def test_schema_rejects(value: str, message: str) -> None:
     assert "values don't meet the specifications of the schema" in done.stderr
 
 
+def test_kube_version_floor() -> None:
+    """A pod-bound token names its node from 1.32: the own-node policy needs it."""
+    done = helm("template", "x", str(CHART), "--kube-version", "1.31.0", check=False)
+    assert done.returncode == 1
+    assert "chart requires kubeVersion: >=1.32.0-0" in done.stderr, done.stderr
+    assert helm("template", "x", str(CHART), "--kube-version", "1.32.0").returncode == 0
+
+
 def test_versions_agree() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
