@@ -4,7 +4,8 @@
 # Prints the directory holding the binaries on stdout.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-k8s_version=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$here/go/k8s/go.mod")
+# shellcheck source=go/k8s-ldflags.sh
+. "$here/go/k8s-ldflags.sh"
 etcd_version=$(awk '$1 == "require" && $2 == "go.etcd.io/etcd/server/v3" {print $3}' "$here/go/etcd/go.mod")
 cache=${NODEAGENT_CP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nodeagent/control-plane}
 out="$cache/k8s-$k8s_version-etcd-$etcd_version"
@@ -15,12 +16,6 @@ if complete; then echo "$out"; exit 0; fi
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 mkdir -p "$out.tmp"
-minor=${k8s_version#v1.}; minor=${minor%%.*}
-ldflags=""
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-  ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-done
 echo "building Kubernetes $k8s_version and etcd $etcd_version into $out (cold: 10-30 min)" >&2
 (cd "$here/go/k8s" && go build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp/" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \

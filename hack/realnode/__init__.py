@@ -1,0 +1,7 @@
+"""A real node (kubelet + containerd in systemd-nspawn) beside the kubelet simulator."""
+
+from .config import NodeOptions
+from .images import PAUSE_IMAGE, TEST_IMAGE
+from .node import EXIT_REBOOT, NodeError, RealNode
+
+__all__ = ["EXIT_REBOOT", "PAUSE_IMAGE", "TEST_IMAGE", "NodeError", "NodeOptions", "RealNode"]

@@ -1,0 +1,397 @@
+"""A real node: a real kubelet and containerd in `systemd-nspawn --boot`, joined to a local
+control plane (hack/localcluster) with its own ``system:node:<name>`` client certificate.
+
+    node = RealNode.start(cluster, "node-a", workdir)    # Ready when it returns
+    node.run("systemctl", "status", "kubelet")
+    node.stop()                                          # nothing left on the host
+
+Each node boots a private copy of the cached root (hack/realnode-root) with the kubelet
+(hack/build-kubelet.sh) and the locally built images bind-mounted read-only. State lives in
+WORKDIR/state.json, so ``RealNode.load(cluster, WORKDIR).stop()`` works from another process.
+"""
+
+from __future__ import annotations
+
+import calendar
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hack.localcluster.cluster import Cluster
+from hack.localcluster.kubeapi import ApiError
+from hack.localcluster.procs import ProcRef, free_ports, proc_ref
+
+from . import build, host
+from .config import CA_PATH, NodeOptions, NodeSlot, cni_config, env_file, kubelet_config
+
+STATE_FILE = "state.json"
+INNER_PATH = "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
+BINDING_PREFIX = "nodeagent-realnode:"
+EXIT_REBOOT = 133
+
+
+class NodeError(RuntimeError):
+    """A real node could not be started, reached or stopped."""
+
+
+@dataclass
+class RealNode:
+    cluster: Cluster
+    name: str
+    workdir: Path
+    opts: NodeOptions
+    slot: NodeSlot
+    binds: list[str] = field(default_factory=list)
+    cgroups: list[Path] = field(default_factory=list)
+    proc: ProcRef | None = None
+    boots: int = 0
+    _child: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def root(self) -> Path:
+        return self.workdir / "root"
+
+    def path(self, inside: str) -> Path:
+        return self.root / inside.lstrip("/")
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        cluster: Cluster,
+        name: str,
+        workdir: Path,
+        opts: NodeOptions | None = None,
+        binds: Sequence[str] = (),
+    ) -> RealNode:
+        """Copy the root and write the node's files; boot() starts it."""
+        opts = opts or NodeOptions()
+        inputs = build.ensure_all()
+        workdir = Path(workdir).absolute()
+        if (workdir / "root").exists():
+            raise NodeError(f"{workdir} already holds a node: stop it first")
+        workdir.mkdir(parents=True, exist_ok=True)
+        slot = NodeSlot(host.take_slot(name), free_ports(1)[0])
+        binds = [
+            f"--bind-ro={inputs.kubelet}:/usr/local/bin/kubelet",
+            f"--bind-ro={inputs.images}:/opt/realnode/images",
+            *binds,
+        ]
+        node = cls(cluster, name, workdir, opts, slot, binds, host.cgroup_homes(name))
+        node._save()
+        try:
+            subprocess.run(
+                ["cp", "-a", "--reflink=auto", str(inputs.root), str(node.root)],
+                check=True,
+                timeout=300,
+            )
+            node._write_files()
+            node._authorize()
+        except BaseException:
+            node.stop()
+            raise
+        return node
+
+    @classmethod
+    def start(
+        cls,
+        cluster: Cluster,
+        name: str,
+        workdir: Path,
+        opts: NodeOptions | None = None,
+        binds: Sequence[str] = (),
+        timeout: float = 180.0,
+    ) -> RealNode:
+        """Create and boot a node; it is Ready and schedulable when this returns."""
+        node = cls.create(cluster, name, workdir, opts, binds)
+        try:
+            node.boot(timeout)
+        except BaseException:
+            node.stop()
+            raise
+        return node
+
+    @classmethod
+    def load(cls, cluster: Cluster, workdir: Path) -> RealNode:
+        try:
+            state = json.loads((Path(workdir) / STATE_FILE).read_text())
+        except (OSError, ValueError) as exc:
+            raise NodeError(f"no real node recorded in {workdir}") from exc
+        proc = state.get("proc")
+        return cls(
+            cluster,
+            state["name"],
+            Path(workdir).absolute(),
+            NodeOptions(**state["opts"]),
+            NodeSlot(**state["slot"]),
+            list(state["binds"]),
+            [Path(p) for p in state["cgroups"]],
+            ProcRef(**proc) if proc else None,
+            int(state["boots"]),
+        )
+
+    def boot(self, timeout: float = 180.0) -> float:
+        """Start the container; return the seconds until the Node was Ready and schedulable."""
+        if self.running():
+            raise NodeError(f"node {self.name} is already running")
+        self.boots += 1
+        started = time.monotonic()
+        console = self.workdir / f"console-{self.boots}.log"
+        # nspawn makes its cgroups (payload, supervisor) below its own in the named systemd
+        # hierarchy: started in the node's cgroup root, they go when the node's tree goes.
+        enter = ""
+        for home in host.nspawn_cgroups(self.cgroups):
+            home.mkdir(parents=True, exist_ok=True)
+            enter += f'echo $$ > "{home}/cgroup.procs" && '
+        enter += 'exec "$@"'
+        with console.open("wb") as out:
+            self._child = subprocess.Popen(
+                ["sh", "-c", enter, "sh", *self._nspawn_args()],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
+                start_new_session=True,
+            )
+        self.proc = proc_ref(self._child.pid)
+        self._save()
+        self.wait_ready(timeout, since=started)
+        return time.monotonic() - started
+
+    def _nspawn_args(self) -> list[str]:
+        return [
+            "systemd-nspawn",
+            "--boot",
+            "--register=no",
+            "--keep-unit",
+            "--console=passive",
+            f"--machine={self.name}",
+            "-D",
+            str(self.root),
+            # CAP_SYS_ADMIN (cgroups, mounts), CAP_NET_ADMIN (the CNI bridge), CAP_SYSLOG.
+            "--capability=all",
+            # runc gives every container a session keyring.
+            "--system-call-filter=@keyring",
+            # The kubelet's OOM watcher reads the kernel log.
+            "--bind=/dev/kmsg",
+            *self.binds,
+        ]
+
+    def wait_ready(self, timeout: float, since: float | None = None) -> None:
+        """Until the Node is Ready, with a heartbeat from this boot, and without taints."""
+        since_wall = time.time() - (time.monotonic() - since if since is not None else 0)
+        end = time.monotonic() + timeout
+        while not self._ready(since_wall):
+            if not self.running():
+                raise NodeError(f"node {self.name} stopped while booting:\n{self.console()}")
+            if time.monotonic() > end:
+                raise NodeError(f"node {self.name} not Ready after {timeout:.0f}s:\n{self.tail()}")
+            time.sleep(0.2)
+
+    def _ready(self, since_wall: float) -> bool:
+        try:
+            obj = self.cluster.kube.get(f"/api/v1/nodes/{self.name}")
+        except ApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        conds = (obj.get("status") or {}).get("conditions") or []
+        ready = [c for c in conds if c.get("type") == "Ready" and c.get("status") == "True"]
+        taints = (obj.get("spec") or {}).get("taints") or []
+        fresh = bool(ready) and _rfc3339(ready[0]["lastHeartbeatTime"]) >= int(since_wall)
+        return fresh and not any(t["key"].startswith("node.kubernetes.io/") for t in taints)
+
+    def running(self) -> bool:
+        if self._child is not None:
+            return self._child.poll() is None
+        return self.proc is not None and self.proc.alive()
+
+    def leader(self) -> int | None:
+        """The container's PID 1 as seen from the host (the nspawn process's only child)."""
+        if not self.running() or self.proc is None:
+            return None
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        with contextlib.suppress(OSError):
+            pids = children.read_text().split()
+            if pids:
+                return int(pids[0])
+        return None
+
+    def run(self, *cmd: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """Run a command inside the container; its output and exit code come back."""
+        leader = self.leader()
+        if leader is None:
+            raise NodeError(f"node {self.name} is not running")
+        return subprocess.run(
+            ["env", "-i", INNER_PATH, "nsenter", "--target", str(leader), "--all", "--", *cmd],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def wait_exit(self, timeout: float) -> int:
+        """Wait for nspawn to exit: 0 after a poweroff, 133 after a reboot."""
+        if self._child is not None:
+            return self._child.wait(timeout=timeout)
+        end = time.monotonic() + timeout
+        while self.running():
+            if time.monotonic() > end:
+                raise subprocess.TimeoutExpired("systemd-nspawn", timeout)
+            time.sleep(0.1)
+        return 0
+
+    def kill(self) -> None:
+        """Stop the container at once: SIGKILL to its PID 1 ends the whole PID namespace."""
+        leader = self.leader()
+        if leader is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(leader, signal.SIGKILL)
+        try:
+            self.wait_exit(15)
+        except subprocess.TimeoutExpired:
+            if self.proc is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.proc.pid, signal.SIGKILL)
+            self.wait_exit(15)
+
+    def stop(self, *, graceful: bool = False, keep_node: bool = False) -> None:
+        """Stop the node and give back everything it held; raises if anything is left.
+
+        `graceful` powers it off first (its units stop in order) instead of killing it.
+        The Node object and the node's RBAC binding are deleted unless `keep_node`.
+        """
+        if graceful and self.running():
+            with contextlib.suppress(NodeError, subprocess.TimeoutExpired):
+                self.run("systemctl", "poweroff")
+                self.wait_exit(120)
+        self.kill()
+        host.remove_cgroups(self.cgroups)
+        host.delete_bridge(self.slot.bridge)
+        host.release_slot(self.slot.slot)
+        if not keep_node:
+            self._delete_api_objects()
+        shutil.rmtree(self.root, ignore_errors=True)
+        (self.workdir / STATE_FILE).unlink(missing_ok=True)
+        left = self.leftovers()
+        if left:
+            raise NodeError(f"node {self.name} left on the host: {left}")
+
+    def leftovers(self) -> list[str]:
+        """What the node still holds on the host (empty after stop())."""
+        return host.leftovers(self.name, self.slot, self.cgroups)
+
+    # ---- files and credentials ---------------------------------------------------------
+
+    def _write_files(self) -> None:
+        files = {
+            "etc/kubernetes/kubelet.yaml": kubelet_config(self.name, self.slot, self.opts),
+            "etc/cni/net.d/10-realnode.conflist": cni_config(self.slot),
+            "etc/realnode/env": env_file(self.name, self.opts),
+            CA_PATH: (self.cluster.pki_dir / "ca.crt").read_text(),
+        }
+        for inside, text in files.items():
+            self.path(inside).write_text(text)
+        creds = self.path("etc/kubernetes/kubelet.kubeconfig")
+        self.cluster.mint_kubeconfig(f"system:node:{self.name}", ["system:nodes"], creds)
+
+    def _authorize(self) -> None:
+        """Bind system:node to this node's user: what RBAC-only clusters need (with the Node
+        authorizer it grants nothing more; NodeRestriction still limits it to its own Node)."""
+        body: dict[str, Any] = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": BINDING_PREFIX + self.name},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "system:node",
+            },
+            "subjects": [
+                {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "User",
+                    "name": f"system:node:{self.name}",
+                }
+            ],
+        }
+        try:
+            self.cluster.kube.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", body)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+
+    def _delete_api_objects(self) -> None:
+        paths = (
+            f"/api/v1/nodes/{self.name}",
+            f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{BINDING_PREFIX}{self.name}",
+        )
+        for path in paths:
+            try:
+                self.cluster.kube.delete(path)
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+
+    def _save(self) -> None:
+        state = {
+            "name": self.name,
+            "opts": asdict(self.opts),
+            "slot": asdict(self.slot),
+            "binds": self.binds,
+            "cgroups": [str(p) for p in self.cgroups],
+            "proc": asdict(self.proc) if self.proc else None,
+            "boots": self.boots,
+        }
+        tmp = self.workdir / f".{STATE_FILE}.tmp{os.getpid()}"
+        tmp.write_text(json.dumps(state, indent=2) + "\n")
+        tmp.replace(self.workdir / STATE_FILE)
+
+    # ---- what happened inside ----------------------------------------------------------
+
+    def console(self) -> str:
+        logs = sorted(self.workdir.glob("console-*.log"))
+        return "\n".join(p.read_text(errors="replace")[-4000:] for p in logs)
+
+    def journal(self, *args: str) -> list[dict[str, str]]:
+        """Journal entries (JSON fields) from every boot of this node so far."""
+        out = subprocess.run(
+            ["journalctl", "-D", str(self.path("var/log/journal")), "-o", "json", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        entries = []
+        for line in out.stdout.splitlines():
+            entry = json.loads(line)
+            if isinstance(entry.get("MESSAGE"), str):
+                entries.append(entry)
+        return entries
+
+    def messages(self, unit: str) -> list[str]:
+        return [e["MESSAGE"] for e in self.journal("-u", unit)]
+
+    def tail(self, lines: int = 60) -> str:
+        journal = str(self.path("var/log/journal"))
+        out = subprocess.run(
+            ["journalctl", "-D", journal, "-o", "short-unix", "-n", str(lines)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        return out.stdout
+
+
+def _rfc3339(stamp: str) -> int:
+    return calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
