@@ -23,7 +23,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from hack.localcluster.cluster import Cluster
 from hack.localcluster.kubeapi import ApiError
@@ -34,7 +33,6 @@ from .config import CA_PATH, NodeOptions, NodeSlot, cni_config, env_file, kubele
 
 STATE_FILE = "state.json"
 INNER_PATH = "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
-BINDING_PREFIX = "nodeagent-realnode:"
 EXIT_REBOOT = 133
 
 
@@ -95,7 +93,6 @@ class RealNode:
                 timeout=300,
             )
             node._write_files()
-            node._authorize()
         except BaseException:
             node.stop()
             raise
@@ -268,7 +265,7 @@ class RealNode:
         """Stop the node and give back everything it held; raises if anything is left.
 
         `graceful` powers it off first (its units stop in order) instead of killing it.
-        The Node object and the node's RBAC binding are deleted unless `keep_node`.
+        The Node object is deleted unless `keep_node`.
         """
         if graceful and self.running():
             with contextlib.suppress(NodeError, subprocess.TimeoutExpired):
@@ -279,7 +276,7 @@ class RealNode:
         host.delete_bridge(self.slot.bridge)
         host.release_slot(self.slot.slot)
         if not keep_node:
-            self._delete_api_objects()
+            self._delete_node()
         shutil.rmtree(self.root, ignore_errors=True)
         (self.workdir / STATE_FILE).unlink(missing_ok=True)
         left = self.leftovers()
@@ -292,6 +289,15 @@ class RealNode:
 
     # ---- files and credentials ---------------------------------------------------------
 
+    def reconfigure(self, opts: NodeOptions) -> None:
+        """New options for the kubelet's next start (restart it, or reboot the node)."""
+        self.opts = opts
+        self.path("etc/kubernetes/kubelet.yaml").write_text(
+            kubelet_config(self.name, self.slot, opts)
+        )
+        self.path("etc/realnode/env").write_text(env_file(self.name, opts))
+        self._save()
+
     def _write_files(self) -> None:
         files = {
             "etc/kubernetes/kubelet.yaml": kubelet_config(self.name, self.slot, self.opts),
@@ -301,46 +307,15 @@ class RealNode:
         }
         for inside, text in files.items():
             self.path(inside).write_text(text)
-        creds = self.path("etc/kubernetes/kubelet.kubeconfig")
-        self.cluster.mint_kubeconfig(f"system:node:{self.name}", ["system:nodes"], creds)
+        # The kubelet's own identity: the Node authorizer and NodeRestriction confine it.
+        self.cluster.mint_node_kubeconfig(self.name, self.path("etc/kubernetes/kubelet.kubeconfig"))
 
-    def _authorize(self) -> None:
-        """Bind system:node to this node's user: what RBAC-only clusters need (with the Node
-        authorizer it grants nothing more; NodeRestriction still limits it to its own Node)."""
-        body: dict[str, Any] = {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": BINDING_PREFIX + self.name},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "system:node",
-            },
-            "subjects": [
-                {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "User",
-                    "name": f"system:node:{self.name}",
-                }
-            ],
-        }
+    def _delete_node(self) -> None:
         try:
-            self.cluster.kube.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", body)
+            self.cluster.kube.delete(f"/api/v1/nodes/{self.name}")
         except ApiError as exc:
-            if exc.status != 409:
+            if exc.status != 404:
                 raise
-
-    def _delete_api_objects(self) -> None:
-        paths = (
-            f"/api/v1/nodes/{self.name}",
-            f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{BINDING_PREFIX}{self.name}",
-        )
-        for path in paths:
-            try:
-                self.cluster.kube.delete(path)
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise
 
     def _save(self) -> None:
         state = {

@@ -1,0 +1,430 @@
+"""nodeagent against a real kubelet and container runtime (hack/realnode).
+
+Each test boots a real node (kubelet + containerd in systemd-nspawn, joined with its own
+``system:node:<name>`` certificate) next to a simulated spare that takes the replacements.
+The agent runs in the real node as on a host (nodeagent.service, ordered after the kubelet,
+the repository bind-mounted read-only). Pods run the locally built busybox image; what the
+kubelet did to them is read from the API and from the node's journal.
+
+Every node is stopped in the fixture's teardown, which fails the test if the node left
+anything on the host (cgroups, its CNI bridge, its slot) or if a kernel tunable changed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hack.realnode import TEST_IMAGE, NodeOptions, RealNode
+from hack.realnode import host as realhost
+from nodeagent.kube import JSON, Kube, node_path, pods_path
+from nodeagent.rejection import POD_REJECTED, STATE_WIPED, find_condition
+from tests import kubeutil as ku
+from tests.nspawn import AGENT_SCRIPT, INNER_SRC, LOGIND_DROPIN, REPO, UNIT, realtime
+from tests.test_system import config as agent_config
+
+DEADLINE = 20.0
+# The agent's reporting after a drain's deadline (departure.FINISH_GRACE).
+FINISH = 3.0
+# systemd-shutdown's wait between its final SIGTERM and SIGKILL (DefaultTimeoutStopSec).
+FINAL_KILL = 90.0
+# Shutdown beyond the drain: reporting, closing the lock, stopping the kubelet and runtime.
+MARGIN = 20.0
+# Exits at once on SIGTERM (the shell runs the trap between one-second sleeps).
+POLITE = "trap 'exit 0' TERM; while true; do sleep 1; done"
+# Ignores SIGTERM: only the kubelet's SIGKILL at the end of the grace period stops it.
+STUBBORN = "trap '' TERM; while true; do sleep 1; done"
+
+
+def container(script: str, **extra: Any) -> JSON:
+    return {
+        "name": "app",
+        "image": TEST_IMAGE,
+        "imagePullPolicy": "Never",
+        "command": ["sh", "-c", script],
+        **extra,
+    }
+
+
+# No service account token: the local control plane runs no root CA publisher, so the
+# kubelet could not build the projected token volume.
+NO_TOKEN = {"automountServiceAccountToken": False}
+
+
+def install_agent(node: RealNode, kubeconfig: Path, config: str) -> None:
+    """nodeagent.service as on a host: enabled, after the real kubelet, with logind's drop-in."""
+    agent = node.path("usr/bin/nodeagent")
+    agent.write_text(AGENT_SCRIPT)
+    agent.chmod(0o755)
+    units = node.path("etc/systemd/system")
+    shutil.copyfile(UNIT, units / "nodeagent.service")
+    (units / "multi-user.target.wants" / "nodeagent.service").symlink_to(
+        "/etc/systemd/system/nodeagent.service"
+    )
+    dropins = node.path("usr/lib/systemd/logind.conf.d")
+    dropins.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(LOGIND_DROPIN, dropins / "99-zz-nodeagent.conf")
+    etc = node.path("etc/nodeagent")
+    etc.mkdir(parents=True, exist_ok=True)
+    (etc / "kubeconfig").write_text(kubeconfig.read_text())
+    (etc / "kubeconfig").chmod(0o600)
+    (etc / "config.toml").write_text(config)
+
+
+@dataclass
+class Env:
+    """A group: real nodes made on demand, a cordoned simulated spare, a namespace."""
+
+    cluster: Any
+    kube: Kube
+    tmp: Path
+    group: str
+    spare: str
+    nodes: list[RealNode] = field(default_factory=list)
+
+    @property
+    def ns(self) -> str:
+        return self.group
+
+    def real_node(
+        self, suffix: str, agent: str | None = None, opts: NodeOptions | None = None
+    ) -> RealNode:
+        """A Ready real node in the group, with the agent installed when a config is given."""
+        name = f"{self.group}-{suffix}"
+        opts = opts or NodeOptions()
+        opts = NodeOptions(**{**opts.__dict__, "labels": {ku.GROUP_LABEL: self.group}})
+        binds = [f"--bind-ro={REPO}:{INNER_SRC}"] if agent is not None else []
+        node = RealNode.create(self.cluster, name, self.tmp / name, opts, binds)
+        self.nodes.append(node)
+        if agent is not None:
+            install_agent(node, Path(self.cluster.kubeconfig), agent)
+        took = node.boot()
+        print(f"{name}: boot to Ready {took:.1f}s")
+        return node
+
+    def open_spare(self) -> None:
+        self.kube.merge_patch(node_path(self.spare), {"spec": {"unschedulable": False}})
+
+    def deployment(self, name: str, replicas: int, script: str, grace: int) -> None:
+        ku.deployment(
+            self.kube,
+            self.ns,
+            name,
+            self.group,
+            replicas,
+            containers=[container(script)],
+            terminationGracePeriodSeconds=grace,
+            **NO_TOKEN,
+        )
+
+    def daemonset(self, name: str) -> None:
+        labels = {"app": name}
+        spec = ku.pod_spec(self.group, containers=[container(POLITE)], **NO_TOKEN)
+        spec["terminationGracePeriodSeconds"] = 2
+        body = {
+            "metadata": {"name": name, "namespace": self.ns},
+            "spec": {
+                "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels}, "spec": spec},
+            },
+        }
+        self.kube.post(f"/apis/apps/v1/namespaces/{self.ns}/daemonsets", body)
+
+    def pods(self, app: str) -> list[JSON]:
+        query = {"labelSelector": f"app={app}"}
+        return list(self.kube.request("GET", pods_path(self.ns), query=query)["items"])
+
+
+@pytest.fixture
+def env(cluster: Any, kube: Kube, tmp_path: Path) -> Iterator[Env]:
+    group = ku.unique("real")
+    spare = f"{group}-spare"
+    cluster.add_node(spare, {ku.GROUP_LABEL: group})
+    kube.merge_patch(node_path(spare), {"spec": {"unschedulable": True}})
+    ku.namespace(kube, group)
+    tunables = realhost.sysctls()
+    links = _links()
+    e = Env(cluster, kube, tmp_path, group, spare)
+    try:
+        yield e
+    finally:
+        left = []
+        for node in e.nodes:
+            print(f"--- {node.name} journal\n{node.tail(300)}")  # shown when the test fails
+            node.stop()  # raises if the node left anything behind
+            left += node.leftovers()
+        assert left == []
+        assert realhost.sysctls() == tunables
+        assert _links() == links
+
+
+def _links() -> set[str]:
+    return {p.name for p in Path("/sys/class/net").iterdir()}
+
+
+class MinReady:
+    """Samples, in the background, the fewest Ready and not-terminating pods of an app."""
+
+    def __init__(self, env: Env, app: str) -> None:
+        self.env, self.app = env, app
+        self.low: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            pods = self.env.pods(self.app)
+            n = sum(1 for p in pods if ku.ready(p) and not p["metadata"].get("deletionTimestamp"))
+            self.low = n if self.low is None else min(self.low, n)
+            time.sleep(0.05)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(5)
+        assert self.low is not None
+        return self.low
+
+
+def kubelet_stopping(node: RealNode) -> float:
+    """When systemd began stopping the kubelet (once per shutdown)."""
+    (entry,) = [
+        e for e in node.journal("-u", "kubelet.service") if e["MESSAGE"].startswith("Stopping")
+    ]
+    return realtime(entry)
+
+
+def agent_line(node: RealNode, text: str) -> dict[str, str]:
+    found = [e for e in node.journal("-u", "nodeagent.service") if text in e["MESSAGE"]]
+    assert found, f"no {text!r} in the agent's journal"
+    return found[-1]
+
+
+def agent_ready(node: RealNode) -> None:
+    ku.wait_until(
+        lambda: any("holding a logind delay lock" in m for m in node.messages("nodeagent.service")),
+        30,
+        "the agent to take its logind lock",
+    )
+
+
+def terminated_by_sigterm(pod: JSON) -> bool:
+    """Deleted, terminal, and every container exited 0 (the trap ran)."""
+    status = pod.get("status") or {}
+    states = [c.get("state") or {} for c in status.get("containerStatuses") or []]
+    return (
+        bool(pod["metadata"].get("deletionTimestamp"))
+        and status.get("phase") == "Succeeded"
+        and bool(states)
+        and all((s.get("terminated") or {}).get("exitCode") == 0 for s in states)
+    )
+
+
+def on_node(pods: list[JSON], node: str) -> list[JSON]:
+    return [p for p in pods if p["spec"].get("nodeName") == node]
+
+
+def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    return ku.wait_until(check, timeout, what)
+
+
+# -- the real node itself ------------------------------------------------------------------
+
+
+def test_two_real_nodes_at_once_run_pods_and_leave_nothing_behind(env: Env) -> None:
+    a = env.real_node("a")
+    b = env.real_node("b")
+    assert a.slot.bridge != b.slot.bridge and a.slot.subnet != b.slot.subnet
+    assert a.slot.port != b.slot.port
+    for node in (a, b):
+        ku.bare_pod(
+            env.kube,
+            env.ns,
+            f"hello-{node.name}",
+            node.name,
+            containers=[container(POLITE)],
+            terminationGracePeriodSeconds=2,
+            **NO_TOKEN,
+        )
+    pods = wait_for(
+        lambda: (lambda r: r if len(r) == 2 else None)(
+            [p for p in ku.pods_on(env.kube, a.name) + ku.pods_on(env.kube, b.name) if ku.ready(p)]
+        ),
+        60,
+        "a Ready pod on each real node",
+    )
+    ips = {p["spec"]["nodeName"]: p["status"]["podIP"] for p in pods}
+    assert ips[a.name].startswith(a.slot.subnet.rsplit(".", 1)[0] + "."), ips
+    assert ips[b.name].startswith(b.slot.subnet.rsplit(".", 1)[0] + "."), ips
+    # The node authenticated as itself, not as an admin.
+    node = ku.node(env.kube, a.name)
+    assert node["status"]["nodeInfo"]["kubeletVersion"].startswith("v1.35.")
+    # While they run they hold host resources; the fixture checks each is given back.
+    assert a.leftovers() and b.leftovers()
+
+
+# -- scenarios ------------------------------------------------------------------------------
+
+
+def test_poweroff_evicts_real_pods_under_their_pdb_before_the_kubelet_stops(env: Env) -> None:
+    """Scenario 1: the host form, the kubelet's graceful node shutdown off."""
+    node = env.real_node("a", agent=agent_config(f"{env.group}-a"))
+    env.deployment("web", 3, POLITE, grace=10)
+    env.daemonset("logs")
+    ku.wait_running(env.kube, node.name, 4, timeout=90)
+    ku.pdb(env.kube, env.ns, "web", {"app": "web"}, maxUnavailable=1)
+    ku.wait_pdb_ready(env.kube, env.ns, "web")
+    env.open_spare()
+    agent_ready(node)
+
+    low = MinReady(env, "web")
+    start = time.time()
+    assert node.run("poweroff").returncode == 0
+    assert node.wait_exit(DEADLINE + MARGIN) == 0
+    assert low.stop() >= 2  # the PDB held throughout
+
+    drained = realtime(agent_line(node, "drain for poweroff: drained"))
+    stopping = kubelet_stopping(node)
+    assert start < drained < stopping
+    print(f"poweroff to drained {drained - start:.1f}s, kubelet stopping {stopping - start:.1f}s")
+    web = env.pods("web")
+    # Each evicted pod ran its SIGTERM trap and exited 0: the kubelet reported it Succeeded.
+    # Its final delete comes after the kubelet's cleanup, which the stopping kubelet may never
+    # reach: the object can stay, terminal, bound to the node that is going away.
+    left = on_node(web, node.name)
+    print(f"{len(left)} of 3 evicted pods still in the API, terminal")
+    assert all(terminated_by_sigterm(p) for p in left), left
+    assert len([p for p in on_node(web, env.spare) if ku.ready(p)]) == 3
+    # The DaemonSet pod was left to the runtime: still bound here, never deleted.
+    (ds,) = on_node(env.pods("logs"), node.name)
+    assert not ds["metadata"].get("deletionTimestamp")
+
+
+def test_sigterm_ignoring_pods_get_their_grace_and_the_deadline_holds(env: Env) -> None:
+    """Scenario 3: one pod's grace ends inside the drain's deadline, another's far beyond it."""
+    deadline = 15.0
+    node = env.real_node("a", agent=agent_config(f"{env.group}-a", deadline))
+    env.deployment("stubborn", 1, STUBBORN, grace=6)
+    env.deployment("slow", 1, STUBBORN, grace=300)
+    ku.wait_running(env.kube, node.name, 2, timeout=90)
+    env.open_spare()
+    agent_ready(node)
+    (stubborn,) = on_node(env.pods("stubborn"), node.name)
+    gone = Gone(env, stubborn["metadata"]["name"])
+
+    start = time.monotonic()
+    wall = time.time()
+    assert node.run("poweroff").returncode == 0
+    assert node.wait_exit(deadline + FINISH + FINAL_KILL + MARGIN) == 0
+    took = time.monotonic() - start
+    print(f"poweroff took {took:.1f}s with a drain deadline of {deadline:.0f}s")
+
+    # The grace period was honoured: the pod ignored SIGTERM and went only with SIGKILL.
+    evicted, vanished = gone.result()
+    assert vanished - evicted >= 6 - 0.5, (evicted, vanished)
+    assert vanished - wall < deadline
+    # The other pod's 300 s did not hold up the drain: it stopped at its deadline, reported
+    # the pod and let the shutdown go on.
+    ended = realtime(agent_line(node, "drain for poweroff: forced"))
+    assert deadline - 1 < ended - wall < deadline + FINISH + 1
+    assert ended < kubelet_stopping(node)
+    forced = [e for e in ku.node_events(env.kube, node.name) if e["reason"] == "Drained"]
+    assert forced, ku.node_events(env.kube, node.name)
+    # What the real kubelet (1.35 with containerd 1.6) does with the agent's forced delete:
+    # it does not shorten the kill already under way with the 300 s grace, so the container
+    # outlives the kubelet and waits for init's final SIGTERM (ignored) and SIGKILL.
+    outlived = "Waiting for process" in node.console()
+    print(f"the slow pod's container outlived the kubelet: {outlived}")
+
+
+class Gone:
+    """When a pod was evicted (deletionTimestamp minus its grace) and when it vanished."""
+
+    def __init__(self, env: Env, name: str) -> None:
+        self.path = f"{pods_path(env.ns)}/{name}"
+        self.kube = env.kube
+        self.evicted: float | None = None
+        self.vanished: float | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            if not ku.exists(self.kube, self.path):
+                self.vanished = time.time()
+                return
+            if self.evicted is None:
+                meta = self.kube.get(self.path)["metadata"]
+                if meta.get("deletionTimestamp"):
+                    self.evicted = time.time()
+            time.sleep(0.05)
+
+    def result(self) -> tuple[float, float]:
+        self._thread.join(130)
+        assert self.evicted is not None and self.vanished is not None
+        return self.evicted, self.vanished
+
+
+def test_real_admission_rejection_is_reported_and_its_pod_dir_wiped(env: Env) -> None:
+    """Scenario 4: the kubelet restarts with less allocatable CPU and rejects a running pod."""
+    rejection = """
+[rejection]
+state_roots = ["/var/lib/kubelet/pods"]
+state_paths = ["/var/lib/kubelet/pods/{uid}"]
+"""
+    node = env.real_node("a", agent=agent_config(f"{env.group}-a", extra=rejection))
+    keep = ku.bare_pod(
+        env.kube,
+        env.ns,
+        "keep",
+        node.name,
+        containers=[
+            container(
+                "echo state > /data/state; " + POLITE,
+                resources={"requests": {"cpu": "1500m"}},
+                volumeMounts=[{"name": "data", "mountPath": "/data"}],
+            )
+        ],
+        volumes=[{"name": "data", "emptyDir": {}}],
+        terminationGracePeriodSeconds=2,
+        **NO_TOKEN,
+    )
+    uid = keep["metadata"]["uid"]
+    ku.wait_running(env.kube, node.name, 1, timeout=90)
+    pod_dir = node.path(f"var/lib/kubelet/pods/{uid}")
+    assert (pod_dir / "volumes/kubernetes.io~empty-dir/data/state").exists()
+    agent_ready(node)
+
+    # The node loses power and comes back with all but one CPU reserved for the system:
+    # 1500m no longer fits. The kubelet admits the pods bound to it again and rejects this
+    # one, whose directory is still there. (After a kubelet restart alone it rejects the
+    # pod too, but its containers still run: the kubelet stops them and the API shows the
+    # pod Succeeded, exit 0, with no OutOfcpu left for the agent to recognise.)
+    cpus = int(ku.node(env.kube, node.name)["status"]["capacity"]["cpu"])
+    reserved = NodeOptions(labels=node.opts.labels, reserved_cpu=f"{cpus * 1000 - 1000}m")
+    node.kill()
+    node.reconfigure(reserved)
+    node.boot()
+
+    path = f"{pods_path(env.ns)}/keep"
+    pod = wait_for(
+        lambda: (lambda p: p if find_condition(p, STATE_WIPED) else None)(env.kube.get(path)),
+        60,
+        "StateWiped on the rejected pod",
+    )
+    assert pod["status"]["phase"] == "Failed" and pod["status"]["reason"] == "OutOfcpu", pod
+    rejected = find_condition(pod, POD_REJECTED)
+    assert rejected and rejected["status"] == "True" and rejected["reason"] == "OutOfcpu"
+    wiped = find_condition(pod, STATE_WIPED)
+    assert wiped and wiped["status"] == "True", wiped
+    assert not pod_dir.exists()
+    kubelet = node.messages("kubelet.service")
+    assert any("Pod admission denied" in m and uid in m for m in kubelet)
