@@ -2,9 +2,9 @@
 
 Each test boots a real node (kubelet + containerd in systemd-nspawn, joined with its own
 ``system:node:<name>`` certificate) next to a simulated spare that takes the replacements.
-The agent runs in the real node as on a host (nodeagent.service, ordered after the kubelet,
-the repository bind-mounted read-only). Pods run the locally built busybox image; what the
-kubelet did to them is read from the API and from the node's journal.
+The agent runs in the real node as on a host: its Debian package installed in the node's
+root, nodeagent.service ordered after the kubelet. Pods run the locally built busybox image;
+what the kubelet did to them is read from the API and from the node's journal.
 
 Every node is stopped in the fixture's teardown, which fails the test if the node left
 anything on the host (cgroups, its CNI bridge, its slot) or if a kernel tunable changed.
@@ -12,7 +12,6 @@ anything on the host (cgroups, its CNI bridge, its slot) or if a kernel tunable 
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,7 +26,7 @@ from hack.realnode import host as realhost
 from nodeagent.kube import JSON, Kube, node_path, pods_path
 from nodeagent.rejection import POD_REJECTED, STATE_WIPED, find_condition
 from tests import kubeutil as ku
-from tests.nspawn import AGENT_SCRIPT, INNER_SRC, LOGIND_DROPIN, REPO, UNIT, realtime
+from tests.nspawn import VERBOSE_DROPIN, build_deb, dpkg_offline, realtime
 from tests.test_system import config as agent_config
 
 DEADLINE = 20.0
@@ -59,20 +58,12 @@ NO_TOKEN = {"automountServiceAccountToken": False}
 
 
 def install_agent(node: RealNode, kubeconfig: Path, config: str) -> None:
-    """nodeagent.service as on a host: enabled, after the real kubelet, with logind's drop-in."""
-    agent = node.path("usr/bin/nodeagent")
-    agent.write_text(AGENT_SCRIPT)
-    agent.chmod(0o755)
-    units = node.path("etc/systemd/system")
-    shutil.copyfile(UNIT, units / "nodeagent.service")
-    (units / "multi-user.target.wants" / "nodeagent.service").symlink_to(
-        "/etc/systemd/system/nodeagent.service"
-    )
-    dropins = node.path("usr/lib/systemd/logind.conf.d")
-    dropins.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(LOGIND_DROPIN, dropins / "99-zz-nodeagent.conf")
+    """The agent's package as on a node image (enabled, after the real kubelet), verbose."""
+    dpkg_offline(node.root, build_deb())
+    dropin = node.path("etc/systemd/system/nodeagent.service.d/verbose.conf")
+    dropin.parent.mkdir(parents=True, exist_ok=True)
+    dropin.write_text(VERBOSE_DROPIN)
     etc = node.path("etc/nodeagent")
-    etc.mkdir(parents=True, exist_ok=True)
     (etc / "kubeconfig").write_text(kubeconfig.read_text())
     (etc / "kubeconfig").chmod(0o600)
     (etc / "config.toml").write_text(config)
@@ -100,8 +91,7 @@ class Env:
         name = f"{self.group}-{suffix}"
         opts = opts or NodeOptions()
         opts = NodeOptions(**{**opts.__dict__, "labels": {ku.GROUP_LABEL: self.group}})
-        binds = [f"--bind-ro={REPO}:{INNER_SRC}"] if agent is not None else []
-        node = RealNode.create(self.cluster, name, self.tmp / name, opts, binds)
+        node = RealNode.create(self.cluster, name, self.tmp / name, opts)
         self.nodes.append(node)
         if agent is not None:
             install_agent(node, Path(self.cluster.kubeconfig), agent)
