@@ -29,6 +29,10 @@ from tests import kubeutil as ku
 from tests.nspawn import VERBOSE_DROPIN, build_deb, dpkg_offline, realtime
 from tests.test_system import config as agent_config
 
+# A real node boots in seconds, but the first test may build the agent's package, and the
+# SIGTERM scenario waits out init's final kill: more than the default per-test timeout.
+pytestmark = pytest.mark.timeout(900)
+
 DEADLINE = 20.0
 # The agent's reporting after a drain's deadline (departure.FINISH_GRACE).
 FINISH = 3.0
