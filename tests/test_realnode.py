@@ -7,7 +7,8 @@ root, nodeagent.service ordered after the kubelet. Pods run the locally built bu
 what the kubelet did to them is read from the API and from the node's journal.
 
 Every node is stopped in the fixture's teardown, which fails the test if the node left
-anything on the host (cgroups, its CNI bridge, its slot) or if a kernel tunable changed.
+anything on the host (cgroups, its CNI bridge and its pods' veths, its slot) or if a kernel
+tunable changed. (Other real nodes may run on the host at the same time: each checks its own.)
 """
 
 from __future__ import annotations
@@ -144,7 +145,6 @@ def env(cluster: Any, kube: Kube, tmp_path: Path) -> Iterator[Env]:
     kube.merge_patch(node_path(spare), {"spec": {"unschedulable": True}})
     ku.namespace(kube, group)
     tunables = realhost.sysctls()
-    links = _links()
     e = Env(cluster, kube, tmp_path, group, spare)
     try:
         yield e
@@ -156,11 +156,6 @@ def env(cluster: Any, kube: Kube, tmp_path: Path) -> Iterator[Env]:
             left += node.leftovers()
         assert left == []
         assert realhost.sysctls() == tunables
-        assert _links() == links
-
-
-def _links() -> set[str]:
-    return {p.name for p in Path("/sys/class/net").iterdir()}
 
 
 class MinReady:
@@ -422,3 +417,48 @@ state_paths = ["/var/lib/kubelet/pods/{uid}"]
     assert not pod_dir.exists()
     kubelet = node.messages("kubelet.service")
     assert any("Pod admission denied" in m and uid in m for m in kubelet)
+
+
+def test_graceful_shutdown_on_races_the_drain(env: Env) -> None:
+    """Scenario 2: the kubelet's graceful node shutdown on, beside the agent.
+
+    Both hold a logind delay lock and both act on the same PrepareForShutdown: the kubelet
+    kills every pod at once, PDB or not, while the agent evicts under the PDB.
+    """
+    opts = NodeOptions(shutdown_grace=20, shutdown_grace_critical=5)
+    node = env.real_node("a", agent=agent_config(f"{env.group}-a"), opts=opts)
+    env.deployment("web", 3, POLITE, grace=10)
+    ku.wait_running(env.kube, node.name, 3, timeout=90)
+    ku.pdb(env.kube, env.ns, "web", {"app": "web"}, maxUnavailable=1)
+    ku.wait_pdb_ready(env.kube, env.ns, "web")
+    env.open_spare()
+    agent_ready(node)
+    whos = ku.wait_until(
+        lambda: (
+            {row.split()[0] for row in inhibitors(node) if " delay " in f" {row} "}
+            >= {"kubelet", "nodeagent"}
+        ),
+        30,
+        "the kubelet's and the agent's delay locks",
+    )
+    assert whos
+
+    assert node.run("poweroff").returncode == 0
+    assert node.wait_exit(DEADLINE + MARGIN) == 0
+
+    # The race: pods the kubelet killed itself, not evicted by the agent.
+    killed = [p for p in env.pods("web") if killed_by_kubelet(p)]
+    print(f"{len(killed)} of 3 pods killed by the kubelet's graceful shutdown")
+    assert killed, [p["status"] for p in env.pods("web")]
+
+
+def inhibitors(node: RealNode) -> list[str]:
+    """logind's inhibitor locks, one `WHO UID USER PID COMM WHAT WHY MODE` row each."""
+    out = node.run("systemd-inhibit", "--list", "--no-legend", "--no-pager")
+    return [line for line in out.stdout.splitlines() if line.strip()]
+
+
+def killed_by_kubelet(pod: JSON) -> bool:
+    """Failed by the kubelet's node shutdown (DisruptionTarget/TerminationByKubelet)."""
+    target = find_condition(pod, "DisruptionTarget") or {}
+    return target.get("reason") == "TerminationByKubelet" and target.get("status") == "True"

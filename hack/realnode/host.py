@@ -13,6 +13,7 @@ import contextlib
 import os
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from .config import SLOTS, NodeSlot, cgroup_root
@@ -81,6 +82,19 @@ def delete_bridge(bridge: str) -> None:
         raise HostError(f"ip link del {bridge}: {out.stderr.strip()}")
 
 
+def bridge_ports(bridge: str) -> list[str]:
+    """The host ends of the pods' veth pairs on the node's bridge."""
+    brif = Path("/sys/class/net", bridge, "brif")
+    return sorted(p.name for p in brif.iterdir()) if brif.is_dir() else []
+
+
+def wait_links_gone(names: list[str], timeout: float = 10.0) -> None:
+    """The kernel removes a veth pair when its pod's network namespace goes, a little later."""
+    end = time.monotonic() + timeout
+    while any(Path("/sys/class/net", n).exists() for n in names) and time.monotonic() < end:
+        time.sleep(0.1)
+
+
 def cgroup_homes(name: str) -> list[Path]:
     """Where the node's cgroup root lands in each hierarchy, as seen from the host.
 
@@ -142,9 +156,12 @@ def sysctls() -> dict[str, str]:
     return values
 
 
-def leftovers(name: str, slot: NodeSlot | None, homes: list[Path]) -> list[str]:
+def leftovers(
+    name: str, slot: NodeSlot | None, homes: list[Path], ports: Sequence[str] = ()
+) -> list[str]:
     """What this node still holds on the host, one line each (empty once given back)."""
     found = [f"cgroup {p}" for p in homes if p.exists()]
+    found += [f"link {n}" for n in ports if Path("/sys/class/net", n).exists()]
     # A kubelet without its own root would have made these.
     found += [f"cgroup {h}/kubepods" for h in CGROUP_FS.iterdir() if (h / "kubepods").exists()]
     if slot is not None and bridge_exists(slot.bridge):

@@ -51,6 +51,8 @@ class RealNode:
     cgroups: list[Path] = field(default_factory=list)
     proc: ProcRef | None = None
     boots: int = 0
+    # The host ends of its pods' veth pairs, seen when it stopped (checked gone after).
+    ports: list[str] = field(default_factory=list)
     _child: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -267,6 +269,7 @@ class RealNode:
         `graceful` powers it off first (its units stop in order) instead of killing it.
         The Node object is deleted unless `keep_node`.
         """
+        self.ports = sorted({*self.ports, *host.bridge_ports(self.slot.bridge)})
         if graceful and self.running():
             with contextlib.suppress(NodeError, subprocess.TimeoutExpired):
                 self.run("systemctl", "poweroff")
@@ -274,6 +277,7 @@ class RealNode:
         self.kill()
         host.remove_cgroups(self.cgroups)
         host.delete_bridge(self.slot.bridge)
+        host.wait_links_gone(self.ports)
         host.release_slot(self.slot.slot)
         if not keep_node:
             self._delete_node()
@@ -285,7 +289,8 @@ class RealNode:
 
     def leftovers(self) -> list[str]:
         """What the node still holds on the host (empty after stop())."""
-        return host.leftovers(self.name, self.slot, self.cgroups)
+        ports = sorted({*self.ports, *host.bridge_ports(self.slot.bridge)})
+        return host.leftovers(self.name, self.slot, self.cgroups, ports)
 
     # ---- files and credentials ---------------------------------------------------------
 
