@@ -60,10 +60,13 @@ def common_options(func: F) -> F:
         click.option(
             "--kubeconfig",
             metavar="FILE",
-            help="Kubeconfig (default: $KUBECONFIG, ~/.kube/config, then in-cluster).",
+            help="Kubeconfig (default: $KUBECONFIG, in-cluster, ~/.kube/config except for "
+            "run, then the kubelet's own).",
         ),
         click.option(
-            "--node", metavar="NAME", help="Node name (default: $NODE_NAME, then the host name)."
+            "--node",
+            metavar="NAME",
+            help="Node name (default: $NODE_NAME, the kubelet certificate's, the host name).",
         ),
         click.option(
             "--config",
@@ -244,12 +247,12 @@ def drain(reason: str, dry_run: bool, **params: Any) -> None:
             "drain.finished_pods": params.pop("finished_pods"),
         },
     )
+    from nodeagent.credentials import connect
     from nodeagent.drain import Drain, DrainOptions
-    from nodeagent.kube import Kube
     from nodeagent.podfilter import FinishedPods
     from nodeagent.report import EventRecorder
 
-    kube = Kube.from_kubeconfig(cfg.kubeconfig or None)
+    kube, _ = connect(cfg)
     options = DrainOptions(
         reason=reason,
         deadline=cfg.drain.deadline,
@@ -280,10 +283,10 @@ def uncordon(force: bool, **params: Any) -> None:
     cfg = build_config(params)
     from nodeagent.cordon import get_node
     from nodeagent.cordon import uncordon as do_uncordon
-    from nodeagent.kube import Kube
+    from nodeagent.credentials import connect
     from nodeagent.report import EventRecorder
 
-    kube = Kube.from_kubeconfig(cfg.kubeconfig or None)
+    kube, _ = connect(cfg)
     if do_uncordon(kube, cfg.node_name, force=force):
         events = EventRecorder(kube, cfg.node_name)
         events.node(get_node(kube, cfg.node_name), "Uncordoned", "Uncordoned by nodeagent")
@@ -309,10 +312,11 @@ def status(output: str, **params: Any) -> None:
     and the pods a drain would still evict with the PDBs that block them.
     """
     cfg = build_config(params)
-    from nodeagent.kube import Kube
+    from nodeagent.credentials import connect
     from nodeagent.status import gather, render
 
-    report = gather(Kube.from_kubeconfig(cfg.kubeconfig or None), cfg.node_name)
+    kube, _ = connect(cfg)
+    report = gather(kube, cfg.node_name)
     if output == "json":
         click.echo(json.dumps(report.as_json(), indent=2))
     else:
@@ -336,11 +340,12 @@ def wipe(pod_ref: str, dry_run: bool, **params: Any) -> None:
     namespace, _, name = pod_ref.partition("/")
     if not namespace or not name or "/" in name:
         fail(f"--pod: expected NAMESPACE/NAME, got {pod_ref!r}", 2)
-    from nodeagent.kube import ApiError, Kube, KubeError, pods_path
+    from nodeagent.credentials import connect
+    from nodeagent.kube import ApiError, KubeError, pods_path
     from nodeagent.wipe import PodRef
     from nodeagent.wipe import wipe as do_wipe
 
-    kube = Kube.from_kubeconfig(cfg.kubeconfig or None)
+    kube, _ = connect(cfg)
     try:
         pod = kube.get(pods_path(namespace, name))
     except ApiError as exc:
@@ -383,7 +388,9 @@ def run(**params: Any) -> None:
     from nodeagent.preload import preload
 
     preload()  # a package upgrade must not give this process a mix of versions
-    from nodeagent.daemon import Agent
-    from nodeagent.kube import Kube
+    from nodeagent.credentials import connect
+    from nodeagent.daemon import Agent, Notifier
 
-    sys.exit(Agent(cfg, Kube.from_kubeconfig(cfg.kubeconfig or None)).run())
+    notifier = Notifier()
+    kube, identity = connect(cfg, daemon=True, notify=notifier.send)
+    sys.exit(Agent(cfg, kube, notifier, identity=identity).run())

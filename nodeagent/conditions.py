@@ -4,7 +4,8 @@ Two condition types belong to the agent:
 
 - `NodeAgentReady`: a heartbeat. `lastHeartbeatTime` moves at every write;
   `lastTransitionTime` only when the status changes. The reason says what is worth
-  knowing about the agent (`AgentRunning`, `InhibitDelayTooShort`).
+  knowing about the agent (`AgentRunning`, `InhibitDelayTooShort`,
+  `KubeletGracefulShutdown`).
 - `NodeAgentDrained`: the last departure. `True/Drained` after a completed drain;
   `False` with `Draining`, `Blocked` (naming the PDBs and pods), `NotDraining`, or
   `UncleanShutdown` (a boot ended without a drain).
@@ -18,8 +19,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 
 from nodeagent.kube import JSON, Kube, node_path
 
@@ -51,12 +54,32 @@ class Condition:
         }
 
 
+class ReadyReason(StrEnum):
+    """Why NodeAgentReady says what it says, most important last."""
+
+    RUNNING = "AgentRunning"
+    INHIBIT_DELAY_TOO_SHORT = "InhibitDelayTooShort"
+    KUBELET_GRACEFUL_SHUTDOWN = "KubeletGracefulShutdown"
+
+
 def agent_ready(message: str = "nodeagent is running") -> Condition:
-    return Condition(READY, "True", "AgentRunning", message)
+    return Condition(READY, "True", ReadyReason.RUNNING, message)
 
 
 def inhibit_delay_too_short(message: str) -> Condition:
-    return Condition(READY, "True", "InhibitDelayTooShort", message)
+    return Condition(READY, "True", ReadyReason.INHIBIT_DELAY_TOO_SHORT, message)
+
+
+def agent_ready_with(notes: Mapping[ReadyReason, str]) -> Condition:
+    """NodeAgentReady from what the agent found: the weightiest finding names the reason
+    (the kubelet racing the drain breaks the PDB guarantee; a short logind delay only cuts
+    the drain), every finding goes in the message."""
+    if not notes:
+        return agent_ready()
+    order = list(ReadyReason)
+    reason = max(notes, key=order.index)
+    message = "; ".join(notes[r] for r in sorted(notes, key=order.index, reverse=True))
+    return Condition(READY, "True", reason, message)
 
 
 def termination_grace_too_short(message: str) -> Condition:

@@ -161,6 +161,8 @@ class ReportingConfig:
 class Config:
     node: str = field(default="", metadata={"check": "node_name"})
     kubeconfig: str = ""
+    # Where the kubelet's kubeconfig is (default: the places kubeadm, EKS, GKE and k3s use).
+    kubelet_kubeconfig: str = ""
     log_format: str = choice("text", LOG_FORMATS)
     form: str = choice("host", FORMS)
     # One agent per node: only the holder of this file's lock runs (takes logind's delay

@@ -20,10 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
 
-from nodeagent import conditions, metrics
+from nodeagent import conditions, identity, metrics
 from nodeagent import cordon as fence
 from nodeagent.config import Config
 from nodeagent.cordon import SHUTDOWN_REASONS
+from nodeagent.credentials import Identity
 from nodeagent.departure import Departure
 from nodeagent.evacuate import Evacuator, requested
 from nodeagent.kube import JSON, READ_TIMEOUT, Kube, KubeError, node_path
@@ -124,9 +125,18 @@ class NodeMirror:
 
 
 class Agent:
-    def __init__(self, cfg: Config, kube: Kube, notifier: Notifier | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        kube: Kube,
+        notifier: Notifier | None = None,
+        *,
+        identity: Identity | None = None,
+    ) -> None:
         self.cfg = cfg
         self.kube = kube
+        self.identity = identity
+        self.fatal = ""  # set when the agent cannot work at all: it exits 2
         self.node_name = cfg.node_name
         self.notify = notifier or Notifier()
         self.events = EventRecorder(kube, self.node_name)
@@ -167,6 +177,9 @@ class Agent:
             if not self.stalled_loops():
                 self.notify.send("WATCHDOG=1")
         self.notify.send("STOPPING=1")
+        if self.fatal:
+            self.stop.set()
+            return 2
         self.departure.on_stop()
         self.stop.set()
         self.report.flush(2.0)
@@ -213,6 +226,8 @@ class Agent:
             Loop("reconcile", self._reconcile_after_boot, self.cfg.uncordon.settle + 60),
             Loop("heartbeat", self._heartbeat, heartbeat_bound),
         ]
+        if self.identity is not None and self.identity.is_kubelet:
+            loops.append(Loop("rights", self._check_rights, READ_TIMEOUT * 10))
         if self.cfg.shutdown.use_logind:
             loops.append(Loop("logind", self._hold_logind_lock))
         if self.cfg.rejection.enabled:
@@ -263,9 +278,31 @@ class Agent:
         from nodeagent.rejection import RejectionController
 
         loop = self._loop("pods")
+        may_recreate = self.identity is None or not self.identity.is_kubelet
+        if not may_recreate:
+            log.info("%s", identity.RECREATE_OFF)
         RejectionController(
-            self.kube, self.node_name, self.cfg.rejection, self.events, loop.succeeded
+            self.kube,
+            self.node_name,
+            self.cfg.rejection,
+            self.events,
+            loop.succeeded,
+            may_recreate=may_recreate,
         ).run(stop)
+
+    def _check_rights(self, _stop: threading.Event) -> None:
+        """Once at start, under the kubelet's identity: a right a drain needs and the
+        identity lacks is said in one line, and the agent exits 2 (nothing it could do
+        would work). Unanswered reviews raise, and the loop asks again."""
+        assert self.identity is not None
+        missing = identity.first_missing(self.kube, self.node_name)
+        if missing is None:
+            log.info("identity %s has the rights a drain needs", self.identity.describe())
+            return
+        self.fatal = identity.missing_right_message(self.identity.user, missing)
+        log.error("%s", self.fatal)
+        self.notify.send(f"STATUS={self.fatal}")
+        self._sigterm.set()
 
     @staticmethod
     def _follow(watch: Reflector, loop: Loop, stop: threading.Event) -> None:

@@ -30,6 +30,8 @@ from nodeagent.drain import Drain, DrainOptions, DrainResult
 from nodeagent.evacuate import REASON as EVACUATE
 from nodeagent.evacuate import Evacuator, outcome_condition, requested
 from nodeagent.kube import Kube, KubeError
+from nodeagent.kubeletshutdown import CHECK_INTERVAL, KubeletShutdownReport, kubelet_lock
+from nodeagent.kubeletshutdown import message as message_for_kubelet
 from nodeagent.podfilter import FinishedPods
 from nodeagent.report import EventRecorder
 
@@ -63,6 +65,8 @@ class Departure:
         self.status = status
         self.send = send
         self.ready_condition = conditions.agent_ready()
+        self._ready_notes: dict[conditions.ReadyReason, str] = {}
+        self._kubelet = KubeletShutdownReport()
         self._state = threading.Lock()
         self._gen = 0  # bumped by every PrepareForShutdown, true or false
         self._active: int | None = None  # generation being handled (-1: SIGTERM)
@@ -98,13 +102,40 @@ class Departure:
         with self._state:
             self._inhibitor = inhibitor  # before start(): a pending shutdown is reported there
         inhibitor.start()
+        next_check = time.monotonic()
         try:
-            while not stop.wait(1.0):
+            while True:
+                if time.monotonic() >= next_check:
+                    self._check_kubelet_lock(inhibitor)
+                    next_check = time.monotonic() + CHECK_INTERVAL
+                if stop.wait(1.0):
+                    return
                 if lost.is_set():
                     raise KubeError("lost the system bus; taking the logind lock again")
                 beat()  # the listener thread delivers signals; the lock is an fd
         finally:
             inhibitor.close()
+
+    def _check_kubelet_lock(self, inhibitor: Any) -> None:
+        from nodeagent.shutdown import LogindUnavailableError
+
+        try:
+            lock = kubelet_lock(inhibitor.inhibitors())
+        except LogindUnavailableError as exc:
+            log.warning("%s; cannot tell whether the kubelet's graceful shutdown is on", exc)
+            return
+        if self._kubelet.observe(lock):
+            note = None if lock is None else message_for_kubelet(lock)
+            self._note_ready(conditions.ReadyReason.KUBELET_GRACEFUL_SHUTDOWN, note)
+
+    def _note_ready(self, reason: conditions.ReadyReason, note: str | None) -> None:
+        """Add or drop one finding of NodeAgentReady and report the condition."""
+        if note is None:
+            self._ready_notes.pop(reason, None)
+        else:
+            self._ready_notes[reason] = note
+        self.ready_condition = conditions.agent_ready_with(self._ready_notes)
+        self.report.set(self.ready_condition)
 
     def _read_inhibit_delay(self, inhibitor: Any) -> None:
         from nodeagent.shutdown import LogindUnavailableError
@@ -127,8 +158,7 @@ class Departure:
                 "shutdown are cut to fit"
             )
             log.warning("%s", message)
-            self.ready_condition = conditions.inhibit_delay_too_short(message)
-            self.report.set(self.ready_condition)
+        self._note_ready(conditions.ReadyReason.INHIBIT_DELAY_TOO_SHORT, message if short else None)
 
     def on_prepare(self, active: bool, kind: Any) -> None:
         """logind's PrepareForShutdown(WithMetadata), on the D-Bus listener thread."""

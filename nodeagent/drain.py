@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from enum import Enum, IntEnum
 
 from nodeagent import cordon as fence
-from nodeagent import grants, podfilter
+from nodeagent import grants, identity, podfilter
 from nodeagent.kube import JSON, ApiError, Kube, KubeError, Unreachable, api_time, pods_path
 from nodeagent.report import WARNING, EventRecorder
 from nodeagent.watch import Reflector
@@ -209,6 +209,7 @@ class Drain:
         self._pods = Reflector(kube, "/api/v1/pods", field_selector=f"spec.nodeName={node_name}")
         self._pdbs: Reflector | None = None
         self._pdb_generation: Counter[str] = Counter()
+        self._pdbs_unreadable = threading.Event()  # 403 on PDBs: pace retries on backoff
         self._lock = threading.Lock()
         self._start = 0.0
         self._deadline = 0.0
@@ -536,6 +537,9 @@ class Drain:
     def _wait_pdb_change(self, namespace: str, seconds: float) -> None:
         """Sleep up to `seconds`, waking at once when a PDB in `namespace` changes."""
         pdbs = self._pdb_reflector()
+        if self._pdbs_unreadable.is_set():  # nothing will wake us: wait out the backoff
+            self._sleep(seconds)
+            return
         seen = self._pdb_generation[namespace]
         until = min(time.monotonic() + seconds, self._deadline)
         pdbs.wait_for(lambda: self._stop.is_set() or self._pdb_generation[namespace] != seen, until)
@@ -553,8 +557,14 @@ class Drain:
                     "/apis/policy/v1/poddisruptionbudgets",
                     resource="poddisruptionbudgets",
                     on_change=bump,
+                    on_forbidden=self._pdbs_forbidden,
                 ).start()
             return self._pdbs
+
+    def _pdbs_forbidden(self, exc: ApiError) -> None:
+        self._pdbs_unreadable.set()
+        identity.pdbs_forbidden(exc)
+        self.progress("PodDisruptionBudgets not readable: retrying refused evictions on backoff")
 
     def _force(self, left: list[_Eviction]) -> None:
         body: JSON = {"preconditions": {}}

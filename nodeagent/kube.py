@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 import re
 import time
@@ -19,6 +20,7 @@ from typing import Any
 from urllib.parse import quote
 
 JSON = dict[str, Any]
+log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = 3.0
 READ_TIMEOUT = 15.0
@@ -136,6 +138,36 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
+class _CertFile:
+    """The client certificate file a kubeconfig names, watched for rotation.
+
+    The kubelet rotates its certificate by moving the `kubelet-client-current.pem`
+    symlink to a new file. New connections read the file again (urllib3 loads the
+    chain per connection), but pooled keep-alive connections keep the old certificate,
+    and the API server checks a certificate's expiry at every request. So when the file
+    changes, the pool is emptied and every later request shakes hands with the new one.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.seen = self._identity()
+
+    def _identity(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.path)  # follows the symlink: a move shows as a new inode
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def rotated(self) -> bool:
+        """True once per change of the file."""
+        now = self._identity()
+        if now is None or now == self.seen:
+            return False
+        self.seen = now
+        return True
+
+
 class Kube:
     """Plain-JSON requests against one API server.
 
@@ -152,6 +184,8 @@ class Kube:
         self._api = client.ApiClient(configuration)
         self.host: str = configuration.host
         self.deadline: float | None = None  # time.monotonic() bound on every request
+        cert = getattr(configuration, "cert_file", None)
+        self._cert = _CertFile(cert) if isinstance(cert, str) and cert else None
 
     def bounded(self, deadline: float) -> Kube:
         """The same client (and connection pool) with every request cut to end by
@@ -197,6 +231,9 @@ class Kube:
             if left <= 0.05:
                 raise OutOfTime(f"no time left for {method} {path}")
             timeout = (min(timeout[0], left), min(timeout[1], left))
+        if self._cert is not None and self._cert.rotated():
+            log.info("client certificate %s changed: reconnecting with it", self._cert.path)
+            self._api.rest_client.pool_manager.clear()
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type

@@ -44,6 +44,7 @@ from datetime import UTC, datetime
 
 from nodeagent import metrics
 from nodeagent.config import RejectionConfig
+from nodeagent.identity import RECREATE_OFF
 from nodeagent.journal import Journal, Recreation
 from nodeagent.kube import (
     CONNECT_TIMEOUT,
@@ -394,8 +395,10 @@ class RejectionController:
         *,
         wipe_fn: WipeFn = default_wipe,
         workers: int = WORKERS,
+        may_recreate: bool = True,
     ) -> None:
         self.kube = kube
+        self.may_recreate = may_recreate  # False under an identity that may not create pods
         self.node_name = node_name
         self.cfg = cfg
         self.events = events
@@ -539,6 +542,9 @@ class RejectionController:
         if not wants_recreate(pod, self.cfg) or pod["metadata"].get("deletionTimestamp"):
             return
         if find_condition(pod, RECREATED) is not None:
+            return
+        if not self.may_recreate:
+            self._decline(pod, RECREATE_REFUSED, RECREATE_OFF, WARNING)
             return
         done = recreations(pod)
         if rejection.reason == NODE_SHUTDOWN:

@@ -254,6 +254,26 @@ def preparing_for_shutdown(
     return bool(result and result[0])
 
 
+@dataclass(frozen=True)
+class Inhibitor:
+    """One row of logind's ``ListInhibitors``: who holds which lock, and how."""
+
+    what: str  # colon-separated: "shutdown", "shutdown:sleep", ...
+    who: str
+    why: str
+    mode: str  # "block" | "delay"
+    uid: int
+    pid: int
+
+    @classmethod
+    def of(cls, row: tuple[Any, ...]) -> Inhibitor:
+        what, who, why, mode, uid, pid = row
+        return cls(str(what), str(who), str(why), str(mode), int(uid), int(pid))
+
+    def delays_shutdown(self) -> bool:
+        return self.mode == "delay" and "shutdown" in self.what.split(":")
+
+
 class LogindUnavailableError(RuntimeError):
     """logind (or the system bus) could not be reached, or refused the inhibitor lock."""
 
@@ -371,6 +391,24 @@ class LogindInhibitor:
                 f"cannot read InhibitDelayMaxUSec from logind: {_describe(exc)}"
             ) from exc
         return int(usec) / 1e6
+
+    def inhibitors(self) -> list[Inhibitor]:
+        """Return every inhibitor lock logind holds now (``ListInhibitors``).
+
+        Raises :class:`LogindUnavailableError` if logind cannot be asked.
+        """
+        from jeepney import DBusAddress, new_method_call
+
+        manager = DBusAddress(LOGIND_PATH, bus_name=LOGIND_NAME, interface=LOGIND_IFACE)
+        deadline = time.monotonic() + START_TIMEOUT
+        try:
+            with _Bus.open(self._bus_address, deadline) as bus:
+                (rows,) = bus.call(new_method_call(manager, "ListInhibitors"), deadline)
+        except Exception as exc:
+            raise LogindUnavailableError(
+                f"cannot list logind's inhibitors: {_describe(exc)}"
+            ) from exc
+        return [Inhibitor.of(tuple(row)) for row in rows]
 
     def close(self) -> None:
         """Stop the listener thread, close the connection and release the lock."""

@@ -12,7 +12,10 @@ from typing import Any
 
 from nodeagent import conditions, podfilter
 from nodeagent import cordon as fence
-from nodeagent.kube import JSON, Kube
+from nodeagent.identity import PDB_READER
+from nodeagent.kube import JSON, ApiError, Kube
+
+PDB_READER_HINT = f"{PDB_READER} lets nodes read them"
 
 
 @dataclass
@@ -32,6 +35,8 @@ class NodeStatus:
     conditions: list[JSON]
     heartbeat_age_seconds: float | None
     pods_left: list[PodLeft]
+    warnings: list[str] = field(default_factory=list)
+    pdbs_readable: bool = True
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -44,7 +49,7 @@ def gather(kube: Kube, node_name: str) -> NodeStatus:
     query = {"fieldSelector": f"spec.nodeName={node_name}"}
     pods = kube.request("GET", "/api/v1/pods", query=query)["items"]
     left = [p for p in pods if podfilter.skip_reason(p) is None]
-    pdbs = kube.get("/apis/policy/v1/poddisruptionbudgets")["items"] if left else []
+    pdbs, pdbs_readable = _pdbs(kube) if left else ([], True)
     return NodeStatus(
         node=node_name,
         cordoned=state.unschedulable,
@@ -58,7 +63,35 @@ def gather(kube: Kube, node_name: str) -> NodeStatus:
         conditions=[c for c in _conditions(node) if c],
         heartbeat_age_seconds=_heartbeat_age(node),
         pods_left=[_pod_left(p, pdbs) for p in left],
+        warnings=warnings(node),
+        pdbs_readable=pdbs_readable,
     )
+
+
+def _pdbs(kube: Kube) -> tuple[list[JSON], bool]:
+    """Every PDB, and whether the identity may read them (the kubelet's may not, unless
+    the cluster binds a reader role to system:nodes)."""
+    try:
+        return kube.get("/apis/policy/v1/poddisruptionbudgets")["items"], True
+    except ApiError as exc:
+        if exc.status != 403:
+            raise
+        return [], False
+
+
+KUBELET_RACE = (
+    "the kubelet's graceful node shutdown is on: at shutdown it kills pods without regard "
+    "for PodDisruptionBudgets, so PDBs are not guaranteed (set shutdownGracePeriod: 0s)"
+)
+
+
+def warnings(node: JSON) -> list[str]:
+    """What the agent's own report says an operator must know, one line each."""
+    ready = conditions.find(node, conditions.READY) or {}
+    found = []
+    if ready.get("reason") == conditions.ReadyReason.KUBELET_GRACEFUL_SHUTDOWN:
+        found.append(KUBELET_RACE)
+    return found
 
 
 def _conditions(node: JSON) -> list[JSON | None]:
@@ -125,9 +158,12 @@ def render(status: NodeStatus) -> str:
             f"{cond['type'] + ':':<18}{cond['status']} {cond.get('reason', '')}"
             f" ({cond.get('message', '')}) since {cond.get('lastTransitionTime', '?')}"
         )
+    lines += [f"Warning:    {w}" for w in status.warnings]
     age = status.heartbeat_age_seconds
     lines.append(f"Heartbeat:  {f'{age:.0f}s ago' if age is not None else 'never'}")
     lines.append(f"Pods left to drain: {len(status.pods_left)}")
+    if not status.pdbs_readable:
+        lines.append(f"  PDBs not readable: which would block is unknown ({PDB_READER_HINT})")
     for pod in status.pods_left:
         blocked = f"  blocked by PDB {', '.join(pod.blocked_by)}" if pod.blocked_by else ""
         lines.append(f"  {pod.namespace}/{pod.name}{blocked}")

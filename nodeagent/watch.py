@@ -54,6 +54,9 @@ class Reflector:
     watch_seconds: int = WATCH_SECONDS
     on_change: Callable[[str, JSON], None] | None = None
     on_restart: Callable[[str], None] | None = None
+    # Given: a 403 (or 401) ends the loop and is handed here instead of being retried
+    # forever, for watches the agent can do without.
+    on_forbidden: Callable[[ApiError], None] | None = None
     objects: dict[str, JSON] = field(default_factory=dict)
     stats: WatchStats = field(default_factory=WatchStats)
     changed: threading.Condition = field(default_factory=threading.Condition)
@@ -113,6 +116,10 @@ class Reflector:
                     log.info("watch %s: 410 Gone (%s); relisting", self.resource, exc.message)
                     self._restarted("410 Gone: relisting")
                     continue
+                if exc.status in (401, 403) and self.on_forbidden is not None:
+                    self.stop()
+                    self.on_forbidden(exc)
+                    return
                 backoff = self._backoff(str(exc), backoff)
             except (KubeError, ValueError) as exc:
                 backoff = self._backoff(str(exc), backoff)

@@ -32,7 +32,8 @@ def free_port() -> int:
 
 
 def toml(config: dict[str, dict[str, Any]]) -> str:
-    """A config file from {section: {key: value}} (strings, bools, ints, string lists)."""
+    """A config file from {section: {key: value}} (strings, bools, ints, string lists);
+    section "" holds the top-level keys."""
 
     def value(v: Any) -> str:
         if isinstance(v, bool):
@@ -43,10 +44,11 @@ def toml(config: dict[str, dict[str, Any]]) -> str:
             return "[" + ", ".join(value(x) for x in v) + "]"
         return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
-    out = []
+    out = [f"{k} = {value(v)}" for k, v in config.get("", {}).items()]  # top-level keys
     for section, keys in config.items():
-        out.append(f"[{section}]")
-        out += [f"{k} = {value(v)}" for k, v in keys.items()]
+        if section:
+            out.append(f"[{section}]")
+            out += [f"{k} = {value(v)}" for k, v in keys.items()]
     return "\n".join(out) + "\n"
 
 
@@ -68,11 +70,15 @@ class AgentProcess:
     def start(
         cls,
         workdir: Path,
-        kubeconfig: str | Path,
+        kubeconfig: str | Path | None,
         node: str,
         config: dict[str, dict[str, Any]] | None = None,
         env: dict[str, str] | None = None,
+        *,
+        name_node: bool = True,
     ) -> AgentProcess:
+        """Start `nodeagent run`; without a kubeconfig (None) or with `name_node` False the
+        agent finds its credentials and node name by itself."""
         port = free_port()
         cfg = merged(BASE_CONFIG, {"reporting": {"metrics_address": f"127.0.0.1:{port}"}})
         cfg = merged(cfg, config or {})
@@ -84,19 +90,12 @@ class AgentProcess:
         lock = {"NODEAGENT_LOCK_FILE": str(workdir / f"{node}.lock")}
         inherited = {k: v for k, v in os.environ.items() if not k.startswith("NODEAGENT_")}
         env = inherited | lock | (env or {})
+        args = [*NODEAGENT, "run", "-v", "--config", str(path)]
+        args += ["--node", node] if name_node else []
+        args += ["--kubeconfig", str(kubeconfig)] if kubeconfig is not None else []
         with log.open("ab") as fh:
             proc = subprocess.Popen(
-                [
-                    *NODEAGENT,
-                    "run",
-                    "-v",
-                    "--config",
-                    str(path),
-                    "--node",
-                    node,
-                    "--kubeconfig",
-                    str(kubeconfig),
-                ],
+                args,
                 stdout=fh,
                 stderr=subprocess.STDOUT,
                 env=env,

@@ -30,7 +30,9 @@ from jeepney import DBusAddress, MessageType, new_method_call, new_signal
 from jeepney.bus_messages import message_bus
 from jeepney.io.blocking import DBusConnection, open_dbus_connection
 
+from nodeagent.conditions import READY, find
 from nodeagent.cordon import CORDONED_BY
+from nodeagent.kubeletshutdown import kubelet_lock
 from nodeagent.shutdown import (
     LOGIND_IFACE,
     LOGIND_NAME,
@@ -38,6 +40,7 @@ from nodeagent.shutdown import (
     SYSTEMD_IFACE,
     SYSTEMD_NAME,
     SYSTEMD_PATH,
+    Inhibitor,
     LogindInhibitor,
     LogindUnavailableError,
     ShutdownKind,
@@ -735,5 +738,83 @@ def test_the_agent_takes_the_lock_again_after_the_bus_comes_back(
         wait_for(lambda: len(our_inhibitors(logind)) == 1, 30)
         # Lost mid-start or once running, the logind loop noticed and started over.
         assert "loop logind failed" in agent.output()
+        emit_prepare(logind, True, "poweroff")
+        ku.wait_until(lambda: drained(kube, node), 20, "drained")
+
+
+# -- the kubelet's graceful node shutdown ---------------------------------------------------
+
+
+@contextlib.contextmanager
+def kubelet_delay_lock(bus: Bus) -> Iterator[None]:
+    """Take a shutdown delay lock as the kubelet's graceful node shutdown does."""
+    addr = DBusAddress(LOGIND_PATH, bus_name=LOGIND_NAME, interface=LOGIND_IFACE)
+    why = "Kubelet needs time to handle node shutdown"
+    msg = new_method_call(addr, "Inhibit", "ssss", ("shutdown", "kubelet", why, "delay"))
+    with open_dbus_connection(bus.address, enable_fds=True) as conn:
+        reply = conn.send_and_get_reply(msg, timeout=5)
+    assert reply.header.message_type is MessageType.method_return, reply.body
+    fd = reply.body[0].to_raw_fd()
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+def test_inhibitors_lists_every_lock(logind: Bus) -> None:
+    with (
+        kubelet_delay_lock(logind),
+        LogindInhibitor(on_prepare=Recorder(), bus_address=logind.address) as inhibitor,
+    ):
+        found = {(i.who, i.mode, i.what) for i in inhibitor.inhibitors()}
+        assert found >= {("kubelet", "delay", "shutdown"), ("nodeagent", "delay", "shutdown")}
+        assert kubelet_lock(inhibitor.inhibitors()) is not None
+    lister = LogindInhibitor(Recorder(), bus_address=logind.address)
+    wait_for(lambda: kubelet_lock(lister.inhibitors()) is None)
+
+
+def _inhibitor(who: str, mode: str = "delay", what: str = "shutdown") -> Inhibitor:
+    return Inhibitor(what, who, "why", mode, 0, 1)
+
+
+@pytest.mark.parametrize(
+    ("inhibitors", "found"),
+    [
+        ([], False),
+        ([_inhibitor("nodeagent")], False),
+        ([_inhibitor("nodeagent"), _inhibitor("kubelet")], True),
+        ([_inhibitor("kubelet", what="sleep:shutdown")], True),
+        ([_inhibitor("kubelet", mode="block")], False),  # not the graceful-shutdown lock
+        ([_inhibitor("kubelet", what="sleep")], False),
+        ([_inhibitor("kubelet-wrapper")], False),
+    ],
+)
+def test_kubelet_lock(inhibitors: list[Inhibitor], found: bool) -> None:
+    assert (kubelet_lock(inhibitors) is not None) is found
+
+
+def test_the_agent_says_when_the_kubelet_races_its_drain(
+    logind: Bus, cluster: Any, kube: Any, admin_kubeconfig: str, tmp_path: Path
+) -> None:
+    """With the kubelet's graceful shutdown on, PDBs are not guaranteed: the NodeAgentReady
+    reason, a metric, a log line and `nodeagent status` say so."""
+    node = node_with_a_pod(cluster, kube, "kgs")
+    with (
+        kubelet_delay_lock(logind),
+        logind_agent(logind, tmp_path, admin_kubeconfig, node) as agent,
+    ):
+        ku.wait_until(
+            lambda: (
+                (find(ku.node(kube, node), READY) or {}).get("reason") == "KubeletGracefulShutdown"
+            ),
+            20,
+            "the KubeletGracefulShutdown reason",
+        )
+        assert agent.metric("nodeagent_kubelet_graceful_shutdown") == 1
+        assert "PDBs are not guaranteed at shutdown" in agent.output()
+        shown = ku.run_agent("status", "--kubeconfig", admin_kubeconfig, "--node", node)
+        assert shown.returncode == 0, shown.stderr
+        assert "PDBs are not guaranteed" in shown.stdout
+        # The agent still drains: it cordons and evicts what it can.
         emit_prepare(logind, True, "poweroff")
         ku.wait_until(lambda: drained(kube, node), 20, "drained")

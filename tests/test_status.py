@@ -102,3 +102,20 @@ def test_label_selector_matching() -> None:
     ]
     for expr, want in exprs:
         assert selects({"matchExpressions": [expr]}, labels) is want, expr
+
+
+def test_ready_reason_names_the_weightiest_finding() -> None:
+    R = conditions.ReadyReason
+    table = [
+        ({}, R.RUNNING, "nodeagent is running"),
+        ({R.INHIBIT_DELAY_TOO_SHORT: "short"}, R.INHIBIT_DELAY_TOO_SHORT, "short"),
+        ({R.KUBELET_GRACEFUL_SHUTDOWN: "race"}, R.KUBELET_GRACEFUL_SHUTDOWN, "race"),
+        (
+            {R.INHIBIT_DELAY_TOO_SHORT: "short", R.KUBELET_GRACEFUL_SHUTDOWN: "race"},
+            R.KUBELET_GRACEFUL_SHUTDOWN,
+            "race; short",
+        ),
+    ]
+    for notes, reason, message in table:
+        got = conditions.agent_ready_with(notes)
+        assert (got.status, got.reason, got.message) == ("True", reason, message), notes

@@ -26,12 +26,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from . import pki
 from .kubeapi import ApiError, Kube, wait_for
-from .kubeconfig import write_kubeconfig
+from .kubeconfig import write_kubeconfig, write_rotating_kubeconfig
 from .kubelet_sim import SIM_LABEL
 from .podstatus import DEFAULT_CAPACITY
 from .procs import TERM_GRACE, ProcRef, free_ports, log_tail, proc_ref, spawn, terminate
@@ -266,6 +267,31 @@ class Cluster:
         """The kubelet's own identity for `node` (CN=system:node:<node>, O=system:nodes): with
         no RBAC binding, the Node authorizer and NodeRestriction confine it to that node."""
         return self.mint_kubeconfig(f"system:node:{node}", ["system:nodes"], path)
+
+    def rotate_kubelet_certificate(self, node: str, pki_dir: Path, not_after: datetime) -> Path:
+        """Issue `node`'s kubelet a client certificate valid until `not_after` and make it
+        current as the kubelet does: a new kubelet-client-<timestamp>.pem, then the
+        kubelet-client-current.pem symlink moved onto it (rename, so never missing)."""
+        ca = pki.ensure_ca(self.pki_dir)
+        stamp = datetime.now(UTC).strftime("%Y-%m-%d-%H-%M-%S-%f")
+        pem = pki.issue_until(
+            ca,
+            pki_dir / f"kubelet-client-{stamp}.pem",
+            pki.subject(f"system:node:{node}", ["system:nodes"]),
+            not_after,
+        )
+        current = pki_dir / "kubelet-client-current.pem"
+        link = pki_dir / f".kubelet-client-current.pem.{stamp}"
+        link.symlink_to(pem.name)
+        link.replace(current)
+        return current
+
+    def kubelet_kubeconfig(self, node: str, path: Path, pki_dir: Path) -> Path:
+        """A kubeconfig like kubeadm's kubelet.conf for `node`, reading its certificate from
+        `pki_dir`/kubelet-client-current.pem (see rotate_kubelet_certificate)."""
+        ca = pki.ensure_ca(self.pki_dir)
+        pem = pki_dir / "kubelet-client-current.pem"
+        return write_rotating_kubeconfig(Path(path), self.server, ca, "default-auth", pem)
 
     def add_node(
         self, name: str, labels: dict[str, str] | None = None, *, timeout: float = 30.0

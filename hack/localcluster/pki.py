@@ -13,6 +13,7 @@ import secrets
 import subprocess
 import tempfile
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 CA_SUBJECT = "/CN=nodeagent-local-ca"
@@ -103,6 +104,42 @@ def issue(ca: KeyPair, out: KeyPair, subj: str, *, server_sans: tuple[str, ...] 
             "-extfile", str(extfile), "-out", str(out.cert),
         )  # fmt: skip
     return out
+
+
+def issue_until(ca: KeyPair, pem: Path, subj: str, not_after: datetime) -> Path:
+    """A client certificate valid until `not_after` (UTC), written with its key into one
+    PEM file, as the kubelet writes kubelet-client-<timestamp>.pem."""
+    pem.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        pair = KeyPair(d / "out.crt", d / "out.key")
+        _ec_key(pair.key)
+        (d / "index.txt").write_text("")
+        (d / "ext.cnf").write_text(
+            "basicConstraints=critical,CA:FALSE\n"
+            "keyUsage=critical,digitalSignature,keyEncipherment\n"
+            "extendedKeyUsage=clientAuth\n"
+        )
+        (d / "ca.cnf").write_text(
+            "[ca]\ndefault_ca = local\n[local]\n"
+            f"database = {d}/index.txt\nnew_certs_dir = {d}\nrand_serial = yes\n"
+            "default_md = sha256\npolicy = any\nunique_subject = no\n"
+            "[any]\norganizationName = optional\ncommonName = supplied\n"
+        )
+        _openssl("req", "-new", "-key", str(pair.key), "-subj", subj, "-out", str(d / "req.csr"))
+        start = datetime.now(UTC) - timedelta(minutes=5)  # tolerate clock skew, as CAs do
+        _openssl(
+            "ca", "-batch", "-config", str(d / "ca.cnf"), "-in", str(d / "req.csr"),
+            "-cert", str(ca.cert), "-keyfile", str(ca.key), "-preserveDN", "-notext",
+            "-startdate", start.strftime("%Y%m%d%H%M%SZ"),
+            "-enddate", not_after.astimezone(UTC).strftime("%Y%m%d%H%M%SZ"),
+            "-extfile", str(d / "ext.cnf"), "-out", str(pair.cert),
+        )  # fmt: skip
+        tmp_pem = pem.with_name(f".{pem.name}.tmp")
+        tmp_pem.write_bytes(pair.cert.read_bytes() + pair.key.read_bytes())
+        tmp_pem.chmod(0o600)
+        tmp_pem.replace(pem)
+    return pem
 
 
 def ensure_pair(ca: KeyPair, out: KeyPair, subj: str, server_sans: tuple[str, ...] = ()) -> KeyPair:

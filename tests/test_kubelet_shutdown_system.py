@@ -1,0 +1,76 @@
+"""The kubelet's graceful node shutdown, detected through the real logind in a booted systemd.
+
+The container runs nodeagent.service on the kubelet's own identity (its kubeconfig at
+kubeadm's /etc/kubernetes/kubelet.conf, node name from the certificate) and a stand-in
+kubelet that takes a shutdown delay lock as `kubelet`, as the kubelet does when its
+shutdownGracePeriod is above 0. The agent must say that PDBs are not guaranteed.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeagent import conditions
+from nodeagent.kube import Kube
+from tests import kubeutil as ku
+from tests.agentproc import free_port
+from tests.nspawn import Machine, nspawn_root
+
+# A delay lock taken as the kubelet takes it; the unit counts as started once logind
+# lists the lock, so the agent (ordered after it) sees it at start.
+KUBELET_WITH_GRACEFUL_SHUTDOWN = """[Unit]
+Description=Stand-in kubelet with graceful node shutdown on
+
+[Service]
+ExecStart=/usr/bin/systemd-inhibit --what=shutdown --who=kubelet \
+ --why="Kubelet needs time to handle node shutdown" --mode=delay /bin/sleep infinity
+ExecStartPost=/bin/sh -c 'until systemd-inhibit --list --no-pager | grep -q kubelet; \
+do sleep 0.1; done'
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+@pytest.fixture
+def machine(cluster: Any, kube: Kube, tmp_path: Path) -> Iterator[tuple[Machine, str, int]]:
+    name = ku.unique("kgs")
+    cluster.add_node(name)
+    port = free_port()
+    m = Machine(nspawn_root(), tmp_path, name)
+    try:
+        m.install_agent(Path(cluster.kubeconfig), "")
+        # No kubeconfig, no node: the kubelet's, found where kubeadm puts it.
+        m.write_config(f'[reporting]\nmetrics_address = "127.0.0.1:{port}"\n')
+        (m.path("etc/nodeagent/kubeconfig")).unlink()
+        cluster.mint_node_kubeconfig(name, m.path("etc/kubernetes/kubelet.conf"))
+        m.path("etc/systemd/system/kubelet.service").write_text(KUBELET_WITH_GRACEFUL_SHUTDOWN)
+        yield m, name, port
+    finally:
+        print(m.journal_text()[-20000:])  # shown only when the test fails
+        m.destroy()
+
+
+def test_the_kubelets_delay_lock_is_reported(
+    machine: tuple[Machine, str, int], kube: Kube, admin_kubeconfig: str
+) -> None:
+    m, name, port = machine
+    m.boot()
+    assert any(row[0] == "kubelet" and row[-1] == "delay" for row in m.inhibitors())
+
+    def reason() -> str:
+        return str((conditions.find(ku.node(kube, name), conditions.READY) or {}).get("reason"))
+
+    ku.wait_until(lambda: reason() == "KubeletGracefulShutdown", 60, "the reason")
+    assert any("PDBs are not guaranteed at shutdown" in msg for msg in m.messages())
+    # The container shares the host's network.
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        metrics = resp.read().decode()
+    assert "nodeagent_kubelet_graceful_shutdown 1.0" in metrics, metrics
+    shown = ku.run_agent("status", "--kubeconfig", admin_kubeconfig, "--node", name)
+    assert "Warning:    the kubelet's graceful node shutdown is on" in shown.stdout
