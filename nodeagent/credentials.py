@@ -81,7 +81,7 @@ def plan(
     kubeconfig is looked for. The daemon skips `~/.kube/config`: a person's credentials
     lying on a node must not become the agent's by accident.
     """
-    if explicit or environ.get("KUBECONFIG"):
+    if explicit or "KUBECONFIG" in environ:  # an empty one is refused when it is loaded
         return Plan(Source.EXPLICIT, explicit or environ["KUBECONFIG"])
     home = str(Path("~/.kube/config").expanduser())
     if not daemon and exists(home):

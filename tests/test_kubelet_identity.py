@@ -48,6 +48,7 @@ def test_plan_order() -> None:
     table: list[tuple[str, str, dict[str, str], bool, Any, Plan]] = [
         ("/x", "", {}, True, exists(kubelet), Plan(Source.EXPLICIT, "/x")),
         ("", "", {"KUBECONFIG": "/k"}, True, exists(), Plan(Source.EXPLICIT, "/k")),
+        ("", "", {"KUBECONFIG": ""}, True, exists(kubelet), Plan(Source.EXPLICIT, "")),
         ("", "", pod, True, exists(kubelet), Plan(Source.IN_CLUSTER, None)),
         ("", "", {}, False, exists(home, kubelet), Plan(Source.USER, home)),
         # the daemon never takes a person's kubeconfig lying on the node
