@@ -19,7 +19,7 @@ from nodeagent import conditions
 from nodeagent.kube import Kube
 from tests import kubeutil as ku
 from tests.agentproc import free_port
-from tests.nspawn import Machine, nspawn_root
+from tests.nspawn import Machine, nspawn_root, packaged_root
 
 # A delay lock taken as the kubelet takes it; the unit counts as started once logind
 # lists the lock, so the agent (ordered after it) sees it at start.
@@ -37,12 +37,19 @@ WantedBy=multi-user.target
 """
 
 
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return packaged_root(nspawn_root(), tmp_path_factory.getbasetemp() / "packaged")
+
+
 @pytest.fixture
-def machine(cluster: Any, kube: Kube, tmp_path: Path) -> Iterator[tuple[Machine, str, int]]:
+def machine(
+    cluster: Any, kube: Kube, template: Path, tmp_path: Path
+) -> Iterator[tuple[Machine, str, int]]:
     name = ku.unique("kgs")
     cluster.add_node(name)
     port = free_port()
-    m = Machine(nspawn_root(), tmp_path, name)
+    m = Machine(template, tmp_path, name)
     try:
         m.install_agent(Path(cluster.kubeconfig), "")
         # No kubeconfig, no node: the kubelet's, found where kubeadm puts it.
