@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -157,6 +157,9 @@ class ConditionWriter:
         self._idle = threading.Event()
         self._idle.set()
         self._thread: threading.Thread | None = None
+        # One write at a time, so a heartbeat can never land an older condition after
+        # the background writer landed a newer one.
+        self._writing = threading.Lock()
 
     def observe(self, node: JSON) -> None:
         with self._cond:
@@ -172,11 +175,17 @@ class ConditionWriter:
 
     def write_now(self, *conditions: Condition) -> None:
         """Write synchronously (the heartbeat: its success is the loop's progress)."""
-        with self._cond:
-            node = self.node
-        if "status" not in node:  # not observed yet: keep transition times across restarts
-            node = self.kube.get(node_path(self.node_name))
-        self.observe(patch_node_conditions(self.kube, node, list(conditions)))
+        self.write_latest(lambda: list(conditions))
+
+    def write_latest(self, conditions: Callable[[], list[Condition]]) -> None:
+        """Write synchronously what `conditions()` says once no other write is under way:
+        a condition changed meanwhile (and set()) is then written after this one."""
+        with self._writing:
+            with self._cond:
+                node = self.node
+            if "status" not in node:  # not observed yet: keep transition times across restarts
+                node = self.kube.get(node_path(self.node_name))
+            self.observe(patch_node_conditions(self.kube, node, conditions()))
 
     def flush(self, timeout: float) -> bool:
         return self._idle.wait(timeout)
@@ -196,7 +205,8 @@ class ConditionWriter:
                 batch, self._pending = list(self._pending.values()), {}
                 node = self.node
             try:
-                self.observe(patch_node_conditions(self.kube, node, batch))
+                with self._writing:
+                    self.observe(patch_node_conditions(self.kube, node, batch))
             except Exception as exc:  # the writer thread must outlive any failure
                 log.warning("could not write node conditions: %s; retrying", exc)
                 with self._cond:

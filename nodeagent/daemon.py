@@ -320,7 +320,7 @@ class Agent:
         loop = self._loop("heartbeat")
         while True:
             try:
-                self.report.write_now(self.departure.ready_condition)
+                self.report.write_latest(lambda: [self.departure.ready_condition])
                 loop.succeeded()
             except KubeError as exc:
                 loop.beat()

@@ -129,7 +129,9 @@ def drain_as_kubelet(cluster: Any, kube: Any, tmp_path: Path, readable: bool) ->
     assert res.returncode == 0, res.stdout + res.stderr
     assert not ku.running(ku.pods_on(kube, node))
     said = res.stderr.count("PodDisruptionBudgets not readable")
-    assert said == (0 if readable else 1), res.stderr
+    # Without the reader it is said once, if a PDB refused an eviction at all: under load
+    # the API server's own retries can outlast the replacement turning Ready.
+    assert said == 0 if readable else said <= 1, res.stderr
     assert ku.node(kube, node)["spec"]["unschedulable"] is True
     print(f"\ndrain of 3 PDB-paced pods as system:node:{node}, reader={readable}: {took:.1f}s")
     return took
@@ -144,6 +146,44 @@ def test_drain_as_the_kubelet_without_the_pdb_reader(
     """The node name comes from the certificate; a 403 on PDBs is said once, and the
     refused evictions are retried on backoff until the drain is done."""
     drain_as_kubelet(cluster, kube, tmp_path, readable=False)
+
+
+def test_pdbs_not_readable_is_said_once_and_evictions_retried_on_backoff(
+    cluster: Any, kube: Any, tmp_path: Path
+) -> None:
+    """A PDB refuses every eviction until the test relaxes it: the drain says once that
+    PDBs are not readable, keeps retrying on backoff, and finishes once the PDB allows."""
+    group, node, spare = ku.node_pair(cluster, kube, "k403")
+    ku.deployment(kube, group, "web", group, 3)
+    ku.pdb(kube, group, "web", {"app": "web"}, minAvailable=3)
+    ku.wait_running(kube, node, 3)
+    ku.wait_pdb_ready(kube, group, "web")
+    ku.open_node(kube, spare)
+    kc = cluster.mint_node_kubeconfig(node, tmp_path / "kubelet.conf")
+    wait_pdbs_readable(kc, False)
+    err = tmp_path / "drain.err"
+    with err.open("wb") as fh:
+        drain = subprocess.Popen(
+            [*ku.NODEAGENT, "drain", "-v", "--kubeconfig", str(kc), "--deadline", "90s"],
+            stdout=subprocess.DEVNULL,
+            stderr=fh,
+        )
+    try:
+        ku.wait_until(lambda: "PodDisruptionBudgets not readable" in err.read_text(), 30)
+        time.sleep(12)  # a few backoff rounds: each would have logged again before
+        assert drain.poll() is None, err.read_text()
+        path = f"/apis/policy/v1/namespaces/{group}/poddisruptionbudgets/web"
+        kube.merge_patch(path, {"spec": {"minAvailable": None, "maxUnavailable": 1}})
+        assert drain.wait(90) == 0, err.read_text()
+    finally:
+        if drain.poll() is None:
+            drain.kill()
+            drain.wait()
+    text = err.read_text()
+    assert text.count("PodDisruptionBudgets are not readable") == 1, text  # the log line
+    assert text.count("PodDisruptionBudgets not readable") == 1, text  # the progress line
+    assert "watch poddisruptionbudgets" not in text, text  # no retried PDB watch
+    assert not ku.running(ku.pods_on(kube, node))
 
 
 def test_drain_as_the_kubelet_with_the_pdb_reader(
