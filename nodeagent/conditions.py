@@ -59,6 +59,7 @@ class ReadyReason(StrEnum):
 
     RUNNING = "AgentRunning"
     INHIBIT_DELAY_TOO_SHORT = "InhibitDelayTooShort"
+    TERMINATION_GRACE_TOO_SHORT = "TerminationGraceTooShort"
     KUBELET_GRACEFUL_SHUTDOWN = "KubeletGracefulShutdown"
 
 
@@ -80,10 +81,6 @@ def agent_ready_with(notes: Mapping[ReadyReason, str]) -> Condition:
     reason = max(notes, key=order.index)
     message = "; ".join(notes[r] for r in sorted(notes, key=order.index, reverse=True))
     return Condition(READY, "True", reason, message)
-
-
-def termination_grace_too_short(message: str) -> Condition:
-    return Condition(READY, "True", "TerminationGraceTooShort", message)
 
 
 def agent_removed() -> Condition:

@@ -290,8 +290,7 @@ class Departure:
     def _grace_too_short(self, message: str) -> None:
         log.warning("%s", message)
         metrics.TERMINATION_GRACE_SHORT.set(1)
-        self.ready_condition = conditions.termination_grace_too_short(message)
-        self.report.set(self.ready_condition)
+        self._note_ready(conditions.ReadyReason.TERMINATION_GRACE_TOO_SHORT, message)
 
     def _pod_stopping(self) -> None:
         """The pod's SIGTERM: a rollout, `helm uninstall` or an eviction never drains.

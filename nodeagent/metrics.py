@@ -51,6 +51,8 @@ PREVIOUS_BOOT_UNCLEAN = Gauge(
 TERMINATION_GRACE_SHORT = Gauge(
     "nodeagent_termination_grace_too_short",
     "1 if the agent's pod was stopped mid-drain with less grace than the drain needed",
+    registry=REGISTRY,
+)
 KUBELET_GRACEFUL_SHUTDOWN = Gauge(
     "nodeagent_kubelet_graceful_shutdown",
     "1 if the kubelet holds a logind shutdown delay lock (its graceful node shutdown is on: "
