@@ -301,6 +301,7 @@ def run_process(tmp_path: Path, config: dict[str, Any], home: Path | None = None
     (tmp_path / "agent.toml").write_text(toml(merged(cfg, config)))
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "NODE_NAME")}
     env = {k: v for k, v in env.items() if not k.startswith("NODEAGENT_")}
+    env["NODEAGENT_LOCK_FILE"] = str(tmp_path / "agent.lock")  # one agent per node
     if home is not None:
         env["HOME"] = str(home)
     log = tmp_path / "agent.log"
