@@ -101,8 +101,9 @@ class ShutdownConfig:
     termination_grace: float = duration("0s")
     # Opt-in: a logind drop-in (e.g. /etc/systemd/logind.conf.d/zz-nodeagent.conf)
     # written at start raising InhibitDelayMaxSec to fit the drain, logind then told to
-    # re-read it. "" is off.
-    logind_dropin: str = field(default="", metadata={"empty_means": "off", "check": "absolute"})
+    # re-read it. Unset is off; an explicit "" is refused like any empty value (it would
+    # only repeat the default).
+    logind_dropin: str = field(default="", metadata={"check": "absolute"})
 
 
 @dataclass
