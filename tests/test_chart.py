@@ -26,6 +26,7 @@ MANIFESTS = ROOT / "packaging" / "manifests" / "nodeagent.yaml"
 NON_DEFAULT = [
     "serviceAccount.name=agent",
     "hostPID=true",
+    "hostNetwork=true",
     "logindDropIn.enabled=true",
     "serviceMonitor.enabled=true",
     "podMonitor.enabled=true",
