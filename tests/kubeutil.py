@@ -120,6 +120,30 @@ def pdb(kube: Kube, ns: str, name: str, selector: dict[str, str], **spec: Any) -
     return kube.post(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", body)
 
 
+def priority_class(kube: Kube, name: str, value: int, **extra: Any) -> JSON:
+    """Create a PriorityClass and wait until admission knows it: the Priority admission
+    plugin reads classes from an informer, so a pod created right after the class can
+    be refused ("no PriorityClass with name ... was found") on a loaded machine."""
+    body = {"metadata": {"name": name}, "value": value, **extra}
+    created = kube.post("/apis/scheduling.k8s.io/v1/priorityclasses", body)
+    probe = {
+        "metadata": {"generateName": "priority-probe-"},
+        "spec": {"priorityClassName": name, "containers": [{"name": "c", "image": "x"}]},
+    }
+
+    def admitted() -> bool:
+        try:
+            kube.request("POST", pods_path("default"), query={"dryRun": "All"}, body=probe)
+        except ApiError as exc:
+            if "no PriorityClass" not in str(exc):
+                raise
+            return False
+        return True
+
+    wait_until(admitted, 30, f"admission to know PriorityClass {name}")
+    return created
+
+
 def pods_on(kube: Kube, node: str) -> list[JSON]:
     query = {"fieldSelector": f"spec.nodeName={node}"}
     return list(kube.request("GET", "/api/v1/pods", query=query)["items"])

@@ -502,8 +502,7 @@ def test_recreated_after_the_backoff_until_the_limit(env: Env) -> None:
 
 
 def priority_class(env: Env, name: str, value: int, **extra: Any) -> None:
-    body = {"metadata": {"name": name}, "value": value, **extra}
-    env.kube.post("/apis/scheduling.k8s.io/v1/priorityclasses", body)
+    ku.priority_class(env.kube, name, value, **extra)
 
 
 def test_recreate_by_config_takes_the_priority_class_as_it_is_now(env: Env) -> None:
@@ -538,9 +537,7 @@ def test_recreate_by_config_takes_the_priority_class_as_it_is_now(env: Env) -> N
 def test_pod_that_could_not_come_back_is_not_deleted(env: Env) -> None:
     """The create is tried as a dry run first: a pod that would be refused stays."""
     pc = f"{env.group}-gone"
-    env.kube.post(
-        "/apis/scheduling.k8s.io/v1/priorityclasses", {"metadata": {"name": pc}, "value": 3}
-    )
+    priority_class(env, pc, 3)
     env.bare_pod("orphan", {REJECT: "OutOfcpu", RECREATE_ANNOTATION: "true"}, priorityClassName=pc)
     env.kube.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{pc}")
     with running(env) as ctl:
