@@ -360,7 +360,8 @@ class _Wipe:
     timed_out: str = ""  # set by the worker when it ran out of time
     finished: bool = False
     abandoned: bool = False
-    hook_group: int | None = None
+    hook_group: int | None = None  # the running hook's process group, to kill at the deadline
+    hook_command: str = ""
 
     def run(self) -> None:
         try:
@@ -451,21 +452,24 @@ class _Wipe:
             except OSError as exc:
                 self.failures.append(f"hook {command!r} could not start: {exc.strerror}")
                 return
-            self.hook_group = proc.pid
+            self.hook_command, self.hook_group = command, proc.pid
             try:
                 code = proc.wait(timeout=self._left())
             except subprocess.TimeoutExpired:
                 _kill_group(proc.pid)
-                self.timed_out = (
-                    f"hook {command!r} still running at the {self.cfg.wipe_timeout:g}s "
-                    "wipe timeout: killed its process group"
-                )
+                self.timed_out = self._hook_killed(command)
                 _reap(proc)
                 raise _Deadline from None
             finally:
                 self.hook_group = None
             if code != 0:
                 self.failures.append(f"hook {command!r} {_exit_text(code)}{_last_line(err)}")
+
+    def _hook_killed(self, command: str) -> str:
+        return (
+            f"hook {command!r} still running at the {self.cfg.wipe_timeout:g}s "
+            "wipe timeout: killed its process group"
+        )
 
     def _remove(self, target: Target) -> None:
         self._check()
@@ -485,6 +489,8 @@ class _Wipe:
         group = self.hook_group
         if group is not None:
             _kill_group(group)
+            # The worker, not yet back from its wait, has not said so itself.
+            self.timed_out = self.timed_out or self._hook_killed(self.hook_command)
         log.warning("wipe of %s: gave up at the deadline %s", self.pod, self.step)
 
     def result(self, seconds: float) -> WipeResult:
