@@ -21,10 +21,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from enum import StrEnum
 
-from nodeagent.kube import JSON, Kube, node_path
+from nodeagent.kube import JSON, Kube, api_stamp, node_path
 
 log = logging.getLogger(__name__)
 
@@ -126,13 +125,9 @@ def find(obj: JSON, cond_type: str) -> JSON | None:
     return None
 
 
-def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def patch_node_conditions(kube: Kube, node: JSON, conditions: list[Condition]) -> JSON:
     """Write `conditions` on the Node status; other conditions (the kubelet's) stay."""
-    now = now_rfc3339()
+    now = api_stamp()
     entries = [c.as_status(find(node, c.type), now) for c in conditions]
     name = node["metadata"]["name"]
     return kube.strategic_patch(node_path(name) + "/status", {"status": {"conditions": entries}})

@@ -8,9 +8,8 @@ that carries the marker, so a node a person cordoned stays cordoned.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
-from nodeagent.kube import JSON, ApiError, Kube, KubeError, node_path
+from nodeagent.kube import JSON, ApiError, Kube, KubeError, api_stamp, node_path
 
 PREFIX = "nodeagent.io/"
 CORDONED_BY = PREFIX + "cordoned-by"
@@ -32,10 +31,6 @@ class NodeNotFound(KubeError):
 
 class CordonedByOther(KubeError):
     """The node is cordoned but not by the agent: leave it to whoever did it."""
-
-
-def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def get_node(kube: Kube, name: str) -> JSON:
@@ -102,7 +97,7 @@ def cordon(kube: Kube, node: JSON, reason: str, keep: tuple[str, ...] = ()) -> b
             "annotations": {
                 CORDONED_BY: AGENT,
                 DRAIN_REASON: reason,
-                DRAIN_STARTED_AT: now_rfc3339(),
+                DRAIN_STARTED_AT: api_stamp(),
                 BOOT_ID: boot_id(node),
                 DRAIN_RESULT: None,
             },

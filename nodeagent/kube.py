@@ -321,6 +321,14 @@ def node_path(name: str) -> str:
     return f"/api/v1/nodes/{quote(name)}"
 
 
+def api_stamp(seconds: float | None = None) -> str:
+    """Epoch seconds (default: now) as an API timestamp; the inverse of :func:`api_time`."""
+    from datetime import UTC, datetime
+
+    when = time.time() if seconds is None else seconds
+    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def api_time(text: str | None) -> float | None:
     """An API timestamp (RFC 3339, e.g. 2026-11-23T18:01:02Z) as epoch seconds."""
     if not text:

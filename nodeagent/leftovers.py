@@ -25,14 +25,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
 from urllib.parse import quote
 
 from nodeagent import metrics
 from nodeagent.config import LeftoversConfig
-from nodeagent.kube import JSON, ApiError, Kube, api_time, pods_path
+from nodeagent.kube import JSON, ApiError, Kube, api_stamp, api_time, pods_path
 from nodeagent.podfilter import controller_of
 from nodeagent.report import EventRecorder
 
@@ -176,7 +175,7 @@ class LeftoverCleaner:
         owner = controller_of(pod)
         kind = str(owner["kind"]) if owner else "none"
         metrics.LEFTOVERS_DELETED.labels(kind).inc()
-        at = datetime.fromtimestamp(killed_at(pod) or 0, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        at = api_stamp(killed_at(pod) or 0)
         whose = {
             "ReplicaSet": f"ReplicaSet {owner and owner['name']} has replaced it",
             "Job": f"a pod of Job {owner and owner['name']} (leftovers.jobs)",

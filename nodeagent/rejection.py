@@ -40,7 +40,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from nodeagent import metrics
 from nodeagent.config import RejectionConfig
@@ -53,6 +52,7 @@ from nodeagent.kube import (
     ApiError,
     Kube,
     KubeError,
+    api_stamp,
     pods_path,
 )
 from nodeagent.report import NORMAL, WARNING, EventRecorder
@@ -220,10 +220,6 @@ def describe(pod: JSON) -> str:
 # -- conditions and reports -----------------------------------------------------------
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def find_condition(pod: JSON, cond_type: str) -> JSON | None:
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == cond_type:
@@ -237,7 +233,7 @@ def pod_condition(cond_type: str, status: str, reason: str, message: str) -> JSO
         "status": status,
         "reason": reason,
         "message": message[:1024],
-        "lastTransitionTime": _now(),
+        "lastTransitionTime": api_stamp(),
     }
 
 

@@ -12,19 +12,14 @@ import socket
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
-from nodeagent.kube import JSON, Kube, KubeError
+from nodeagent.kube import JSON, Kube, KubeError, api_stamp
 
 log = logging.getLogger(__name__)
 
 COMPONENT = "nodeagent"
 NORMAL = "Normal"
 WARNING = "Warning"
-
-
-def _micro_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -62,7 +57,7 @@ class EventRecorder:
     def _emit(self, namespace: str, ref: JSON, reason: str, message: str, kind: str) -> None:
         if not self.enabled:
             return
-        now = _micro_now()
+        now = api_stamp()
         event = {
             "apiVersion": "v1",
             "kind": "Event",

@@ -16,7 +16,7 @@ import pytest
 from nodeagent import conditions
 from nodeagent.drain import Drain, DrainOptions, PodState, pod_state
 from nodeagent.evacuate import outcome_condition
-from nodeagent.kube import JSON, Kube, node_path, pods_path
+from nodeagent.kube import JSON, Kube, api_stamp, node_path, pods_path
 from nodeagent.podfilter import FinishedPods, controller_of
 from nodeagent.report import EventRecorder
 from nodeagent.summary import render
@@ -163,12 +163,6 @@ def release(kube: Kube, ns: str, name: str) -> None:
 T0 = 1_800_000_000.0
 
 
-def stamp(seconds: float) -> str:
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def pod(
     phase: str = "Running",
     deleted_at: float | None = None,
@@ -177,7 +171,7 @@ def pod(
 ) -> JSON:
     meta: JSON = {"name": "p", "namespace": "ns", "uid": "u"}
     if deleted_at is not None:
-        meta["deletionTimestamp"] = stamp(deleted_at)
+        meta["deletionTimestamp"] = api_stamp(deleted_at)
         meta["deletionGracePeriodSeconds"] = grace
     if finalizers:
         meta["finalizers"] = list(finalizers)

@@ -4,22 +4,24 @@ instead of waiting out the PodDisruptionBudget's 2-minute memory of it."""
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from nodeagent.drain import Drain, DrainOptions
 from nodeagent.grants import Grant, grant_of, is_fresh
-from nodeagent.kube import JSON, ApiError, Kube, pods_path
+from nodeagent.kube import JSON, ApiError, Kube, api_stamp, api_time, pods_path
 from nodeagent.report import EventRecorder
 from tests import kubeutil as ku
 
 T0 = 1_800_000_000.0
 
 
-def stamp(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def test_api_stamp_and_api_time_are_inverses() -> None:
+    assert api_stamp(T0) == "2027-01-15T08:00:00Z"
+    assert api_time(api_stamp(T0)) == T0
+    now = api_time(api_stamp())
+    assert now is not None and abs(now - time.time()) < 2
 
 
 def pod(
@@ -34,23 +36,23 @@ def pod(
         status, reason, at = target
         conditions.append(
             {"type": "DisruptionTarget", "status": status, "reason": reason,
-             "lastTransitionTime": stamp(at)}
+             "lastTransitionTime": api_stamp(at)}
         )  # fmt: skip
     if ready_at is not None:
         conditions.append(
-            {"type": "Ready", "status": "True", "lastTransitionTime": stamp(ready_at)}
+            {"type": "Ready", "status": "True", "lastTransitionTime": api_stamp(ready_at)}
         )
     meta: JSON = {"name": "db-0", "namespace": "ns", "uid": "u", "resourceVersion": "7"}
-    meta["creationTimestamp"] = stamp(created)
+    meta["creationTimestamp"] = api_stamp(created)
     if deleting:
-        meta["deletionTimestamp"] = stamp(T0)
+        meta["deletionTimestamp"] = api_stamp(T0)
     return {"metadata": meta, "spec": {}, "status": {"conditions": conditions}}
 
 
 def pdb(disrupted: dict[str, float]) -> JSON:
     return {
         "metadata": {"name": "db", "namespace": "ns"},
-        "status": {"disruptedPods": {k: stamp(v) for k, v in disrupted.items()}},
+        "status": {"disruptedPods": {k: api_stamp(v) for k, v in disrupted.items()}},
     }
 
 
@@ -115,7 +117,7 @@ def granted_condition(kube: Kube, ns: str, name: str) -> None:
         "status": "True",
         "reason": "EvictionByEvictionAPI",
         "message": "Eviction API: evicting",
-        "lastTransitionTime": stamp(time.time()),
+        "lastTransitionTime": api_stamp(time.time()),
     }
     kube.strategic_patch(pods_path(ns, name) + "/status", {"status": {"conditions": [cond]}})
 

@@ -4,7 +4,6 @@ ReplicaSet has replaced them; Job and bare pods only when configured."""
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ import pytest
 
 from nodeagent.config import Config, LeftoversConfig
 from nodeagent.daemon import Agent
-from nodeagent.kube import JSON, Kube, node_path, pods_path
+from nodeagent.kube import JSON, Kube, api_stamp, node_path, pods_path
 from nodeagent.leftovers import (
     EVENT_REASON,
     LeftoverCleaner,
@@ -30,10 +29,6 @@ BOOT = 1_800_000_000.0
 SHUTDOWN_AT = "sim.nodeagent.io/shutdown-at"
 
 
-def stamp(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def killed(
     at: float = BOOT - 60,
     owner: str | None = "ReplicaSet",
@@ -42,7 +37,7 @@ def killed(
 ) -> JSON:
     refs = [{"kind": owner, "name": "web-1", "uid": "rs-uid", "controller": True}] if owner else []
     cond = {"type": "DisruptionTarget", "status": "True", "reason": condition}
-    cond["lastTransitionTime"] = stamp(at)
+    cond["lastTransitionTime"] = api_stamp(at)
     return {
         "metadata": {"name": "p", "namespace": "ns", "uid": "u", "ownerReferences": refs},
         "spec": {},
@@ -137,7 +132,7 @@ def failed(pods: list[JSON]) -> list[JSON]:
 
 def shut_down(kube: Kube, node: str, at: float, expect: int) -> None:
     """Play the kubelet's graceful shutdown at `at` (simulated kubelet)."""
-    kube.merge_patch(node_path(node), {"metadata": {"annotations": {SHUTDOWN_AT: stamp(at)}}})
+    kube.merge_patch(node_path(node), {"metadata": {"annotations": {SHUTDOWN_AT: api_stamp(at)}}})
     ku.wait_until(lambda: len(failed(ku.pods_on(kube, node))) >= expect, 30, "pods killed")
 
 
