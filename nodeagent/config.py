@@ -18,7 +18,7 @@ import os
 import re
 import socket
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -311,18 +311,24 @@ def _file_key(key: str) -> str:
     return key
 
 
-def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
-    """NODEAGENT_* variables as nested values, matched against the known keys."""
-    out: dict[str, Any] = {}
+def leaf_fields() -> Iterator[tuple[str, dataclasses.Field[Any]]]:
+    """Every config key as (dotted key, field), read from the dataclasses."""
     for f in dataclasses.fields(Config):
         default = getattr(Config(), f.name)
         if dataclasses.is_dataclass(default):
             for sub in dataclasses.fields(default):
-                var = env_var(f"{f.name}.{sub.name}")
-                if var in environ:
-                    out.setdefault(f.name, {})[sub.name] = environ[var]
-        elif env_var(f.name) in environ:
-            out[f.name] = environ[env_var(f.name)]
+                yield f"{f.name}.{sub.name}", sub
+        else:
+            yield f.name, f
+
+
+def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
+    """NODEAGENT_* variables as nested values, matched against the known keys."""
+    out: dict[str, Any] = {}
+    for dotted, _field in leaf_fields():
+        if env_var(dotted) in environ:
+            section, _, key = dotted.rpartition(".")
+            (out.setdefault(section, {}) if section else out)[key] = environ[env_var(dotted)]
     return out
 
 

@@ -4,33 +4,19 @@ nothing touched."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from nodeagent.config import Config, ConfigError, env_var, load
+from nodeagent.config import Config, ConfigError, env_var, leaf_fields, load
 from nodeagent.drain import Drain, DrainOptions
 from nodeagent.kube import Kube, KubeError
 from tests import kubeutil as ku
 
 COMMANDS = ("drain", "uncordon", "status", "wipe", "run")
-
-
-def leaf_keys() -> Iterator[tuple[str, dataclasses.Field[Any]]]:
-    """Every config key as (dotted key, field), read from the dataclasses so a new key
-    is covered without touching this file."""
-    for f in dataclasses.fields(Config):
-        default = getattr(Config(), f.name)
-        if dataclasses.is_dataclass(default):
-            for sub in dataclasses.fields(default):
-                yield f"{f.name}.{sub.name}", sub
-        else:
-            yield f.name, f
 
 
 def toml_for(dotted: str, value: str) -> str:
@@ -62,7 +48,7 @@ def one_line_error(res: Any, code: int = 2) -> str:
 
 def empty_has_a_meaning(dotted: str) -> bool:
     """Whether the key's field declares what "" means (metadata `empty_means`)."""
-    return "empty_means" in dict(leaf_keys())[dotted].metadata
+    return "empty_means" in dict(leaf_fields())[dotted].metadata
 
 
 def value_of(cfg: Config, dotted: str) -> Any:
@@ -75,14 +61,14 @@ def value_of(cfg: Config, dotted: str) -> Any:
 def test_an_empty_value_with_a_meaning_is_not_the_default() -> None:
     """Only a key whose "" means something other than its default may accept "":
     otherwise an explicitly empty value would silently be the default."""
-    meaningful = [k for k, f in leaf_keys() if "empty_means" in f.metadata]
+    meaningful = [k for k, f in leaf_fields() if "empty_means" in f.metadata]
     assert meaningful, "no key declares empty_means: drop the exception in the tests below"
     for dotted in meaningful:
         assert value_of(Config(), dotted) != "", f"{dotted}: its default is already its empty value"
 
 
 @pytest.mark.parametrize("blank", ['""', '"  "'])
-@pytest.mark.parametrize("dotted", [k for k, _ in leaf_keys()])
+@pytest.mark.parametrize("dotted", [k for k, _ in leaf_fields()])
 def test_every_config_key_refuses_an_empty_string(dotted: str, blank: str, tmp_path: Path) -> None:
     if empty_has_a_meaning(dotted) and blank == '""':
         cfg = load(str(ku.write(tmp_path / "c.toml", toml_for(dotted, blank))), {})
@@ -93,7 +79,7 @@ def test_every_config_key_refuses_an_empty_string(dotted: str, blank: str, tmp_p
         load(str(path), {})
 
 
-@pytest.mark.parametrize("dotted", [k for k, f in leaf_keys() if "list" in str(f.type)])
+@pytest.mark.parametrize("dotted", [k for k, f in leaf_fields() if "list" in str(f.type)])
 def test_list_keys_refuse_empty_items(dotted: str, tmp_path: Path) -> None:
     path = ku.write(tmp_path / "c.toml", toml_for(dotted, '["a", ""]'))
     with pytest.raises(ConfigError, match=rf"^{dotted}: empty item"):
@@ -103,9 +89,9 @@ def test_list_keys_refuse_empty_items(dotted: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("blank", ["", " "])
-@pytest.mark.parametrize("var", [env_var(k) for k, _ in leaf_keys()] + ["NODE_NAME"])
+@pytest.mark.parametrize("var", [env_var(k) for k, _ in leaf_fields()] + ["NODE_NAME"])
 def test_every_variable_refuses_an_empty_value(var: str, blank: str) -> None:
-    dotted = {env_var(k): k for k, _ in leaf_keys()}.get(var)
+    dotted = {env_var(k): k for k, _ in leaf_fields()}.get(var)
     if dotted and empty_has_a_meaning(dotted) and blank == "":
         assert value_of(load(None, {var: blank}), dotted) == ""
         return
