@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from nodeagent.kube import Kube
+from tests import kubeutil as ku
 from tests.nspawn import hack, nspawn_root
 from tests.test_system import (
     DEADLINE,
@@ -133,6 +134,18 @@ def test_image_takes_the_logind_lock_and_drains_on_poweroff(flatcar_node: Node) 
     assert status, machine.run("systemctl", "status", "nodeagent").stdout
     inside = machine.run("chroot", f"/{ROOTFS}", "nodeagent", "version").stdout.strip()
     assert inside == f"nodeagent {VERSION}"
+
+    # The agent is the unit's main process: it reads systemd's jobs as in the host form, so a
+    # restart (an image update) is told from a stop and does not drain.
+    restart = machine.run("systemctl", "restart", "nodeagent", timeout=DEADLINE + MARGIN)
+    assert restart.returncode == 0, restart.stderr
+    node.journal_line("stopping: reason restart")
+    ku.wait_until(
+        lambda: sum("holding a logind delay lock" in m for m in machine.messages()) >= 2,
+        30,
+        "the restarted agent to take its logind lock",
+    )
+    assert not node.unschedulable()
 
     assert machine.run("poweroff").returncode == 0
     assert machine.wait_exit(DEADLINE + MARGIN) == 0
