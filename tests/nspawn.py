@@ -31,6 +31,8 @@ KUBELET_STOPPED = "var/lib/kubelet-stopped"
 EXIT_REBOOT = 133
 INNER_PATH = "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
 INSTALLED = "usr/lib/nodeagent/bin/nodeagent"
+# Where EKS and GKE keep the kubelet's kubeconfig; the agent finds it there by itself.
+KUBELET_KUBECONFIG = "var/lib/kubelet/kubeconfig"
 
 # -v: INFO lines (what the agent heard, its drain's progress and outcome) go to the journal.
 # An administrator's drop-in, as on a node: the packaged unit stays as shipped.
@@ -173,17 +175,21 @@ class Machine:
 
     # -- setup -----------------------------------------------------------------------------
 
-    def install_agent(self, kubeconfig: Path, config: str) -> None:
+    def install_agent(self, kubeconfig: Path, config: str, *, kubelet: bool = False) -> None:
         """Install the package (unless the template has it), a stand-in kubelet and the config.
 
         The package enables nodeagent.service and installs the logind drop-in; a drop-in of
-        the test's adds ``-v`` to the agent's command line.
+        the test's adds ``-v`` to the agent's command line. ``kubeconfig`` goes to
+        /etc/nodeagent/kubeconfig, or with ``kubelet`` to the kubelet's place.
         """
         if not self.path(INSTALLED).exists():
             dpkg_offline(self.root, build_deb())
         self.install_kubelet()
         self.verbose_agent()
-        self.write_kubeconfig(kubeconfig.read_text())
+        if kubelet:
+            self.write_kubelet_kubeconfig(kubeconfig.read_text())
+        else:
+            self.write_kubeconfig(kubeconfig.read_text())
         self.write_config(config)
 
     def verbose_agent(self) -> None:
@@ -208,8 +214,16 @@ class Machine:
         (etc / "kubeconfig").write_text(text)
         (etc / "kubeconfig").chmod(0o600)
 
+    def write_kubelet_kubeconfig(self, text: str) -> None:
+        path = self.path(KUBELET_KUBECONFIG)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(0o600)
+
     def write_config(self, config: str) -> None:
-        self.path("etc/nodeagent/config.toml").write_text(config)
+        path = self.path("etc/nodeagent/config.toml")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(config)
 
     def path(self, inside: str) -> Path:
         return self.root / inside.lstrip("/")

@@ -115,8 +115,10 @@ def flatcar_node(
         (dropins / "zz-nodeagent.conf").write_text(
             (REPO / "systemd" / "logind-nodeagent.conf").read_text()
         )
-        machine.write_kubeconfig(Path(cluster.kubeconfig).read_text())
-        machine.write_config(config(node.name))
+        # The kubelet's own identity, read-only through the unit's bind mounts.
+        kubelet = cluster.mint_node_kubeconfig(node.name, tmp_path / "kubelet.kubeconfig")
+        machine.write_kubelet_kubeconfig(kubelet.read_text())
+        machine.write_config(config())
         yield node
 
 

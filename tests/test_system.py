@@ -30,6 +30,7 @@ from nodeagent.kube import Kube, node_path
 from tests import kubeutil as ku
 from tests.nspawn import (
     EXIT_REBOOT,
+    KUBELET_KUBECONFIG,
     ApiRelay,
     Machine,
     build_deb,
@@ -45,11 +46,10 @@ LOGIND_DELAY = 120.0  # systemd/logind-nodeagent.conf
 MARGIN = 15.0
 
 
-def config(node: str, deadline: float = DEADLINE, extra: str = "") -> str:
-    return f"""node = "{node}"
-kubeconfig = "/etc/nodeagent/kubeconfig"
-
-[drain]
+def config(deadline: float = DEADLINE, extra: str = "") -> str:
+    # No kubeconfig and no node name: the agent's defaults, the kubelet's own kubeconfig and
+    # the node name in its certificate.
+    return f"""[drain]
 deadline = "{deadline:.0f}s"
 
 [uncordon]
@@ -135,7 +135,8 @@ def new_node(cluster: Any, kube: Kube, template: Path, tmp_path: Path) -> Iterat
 @pytest.fixture
 def node(cluster: Any, kube: Kube, template: Path, tmp_path: Path) -> Iterator[Node]:
     with new_node(cluster, kube, template, tmp_path) as n:
-        n.machine.install_agent(Path(cluster.kubeconfig), config(n.name))
+        kubelet = cluster.mint_node_kubeconfig(n.name, tmp_path / "kubelet.kubeconfig")
+        n.machine.install_agent(kubelet, config(), kubelet=True)
         yield n
 
 
@@ -211,6 +212,8 @@ def test_poweroff_drains_before_the_kubelet_stops(node: Node) -> None:
     drained = realtime(node.journal_line("drain for poweroff: drained"))
     assert start < drained < stopped
     print(f"poweroff to kubelet stop: {stopped - start:.2f}s")
+    # On the kubelet's own identity, found by the agent itself.
+    node.journal_line(f"identity system:node:{node.name}")
 
 
 def test_reboot_drains_and_uncordons_after_the_next_boot(node: Node) -> None:
@@ -280,7 +283,7 @@ def test_blocking_pdb_is_named_and_shutdown_completes_by_the_deadline(node: Node
     ku.wait_pdb_ready(node.kube, node.ns, "web-never")
     node.open_spare()
     # Without forcing, the pods are still there at the deadline and the report names the PDB.
-    node.boot(config(node.name, deadline, "\n[shutdown]\nforce_after_deadline = false\n"))
+    node.boot(config(deadline, "\n[shutdown]\nforce_after_deadline = false\n"))
     node.agent_ready()
 
     start = time.monotonic()
@@ -319,7 +322,7 @@ def test_unreachable_api_server_does_not_hold_up_shutdown(node: Node, cluster: A
 
 
 def test_bad_config_fails_the_unit_and_leaves_the_node_alone(node: Node) -> None:
-    node.boot(config(node.name).replace("deadline =", "deadlin ="))
+    node.boot(config().replace("deadline =", "deadlin ="))
 
     errors = ku.wait_until(
         lambda: [m for m in node.machine.messages() if m.startswith("nodeagent: error:")],
@@ -447,9 +450,9 @@ def test_blackholed_api_server_does_not_hold_up_shutdown(node: Node, cluster: An
     """
     relay = ApiRelay(int(urlsplit(cluster.server).port or 0))
     try:
-        kubeconfig = Path(cluster.kubeconfig).read_text()
+        kubeconfig = node.machine.path(KUBELET_KUBECONFIG).read_text()
         assert kubeconfig.count(cluster.server) == 1
-        node.machine.write_kubeconfig(
+        node.machine.write_kubelet_kubeconfig(
             kubeconfig.replace(cluster.server, f"https://127.0.0.1:{relay.port}")
         )
         node.workloads()
@@ -573,8 +576,9 @@ def test_install_reloads_logind_and_removal_neither_drains_nor_lingers(
         install_vendor_dropins(machine)
         machine.install_kubelet()
         machine.verbose_agent()
-        machine.write_kubeconfig(Path(cluster.kubeconfig).read_text())
-        machine.write_config(config(node.name))
+        kubelet = cluster.mint_node_kubeconfig(node.name, tmp_path / "kubelet.kubeconfig")
+        machine.write_kubelet_kubeconfig(kubelet.read_text())
+        machine.write_config(config())
         node.workloads()
         node.boot()
         assert machine.logind_delay() == KUBELET_GRACE
