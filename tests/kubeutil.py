@@ -100,6 +100,13 @@ def deployment(
     return kube.post(f"/apis/apps/v1/namespaces/{ns}/deployments", body)
 
 
+def job(kube: Kube, ns: str, name: str, group: str, **spec: Any) -> JSON:
+    """A Job of one pod that never restarts in place; `spec` adds to the Job's spec."""
+    template = {"spec": pod_spec(group, restartPolicy="Never")}
+    body = {"metadata": {"name": name, "namespace": ns}, "spec": {"template": template, **spec}}
+    return kube.post(f"/apis/batch/v1/namespaces/{ns}/jobs", body)
+
+
 def daemonset(kube: Kube, ns: str, name: str, group: str) -> JSON:
     labels = {"app": name}
     body = {

@@ -42,15 +42,6 @@ def set_phase(kube: Kube, ns: str, name: str, phase: str) -> None:
     kube.merge_patch(pods_path(ns, name) + "/status", {"status": {"phase": phase}})
 
 
-def job(kube: Kube, ns: str, name: str, group: str) -> None:
-    spec = ku.pod_spec(group, restartPolicy="Never")
-    body = {
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"backoffLimit": 0, "template": {"spec": spec}},
-    }
-    kube.post(f"/apis/batch/v1/namespaces/{ns}/jobs", body)
-
-
 def pods_named(kube: Kube, node: str, prefix: str) -> list[JSON]:
     return [p for p in ku.pods_on(kube, node) if p["metadata"]["name"].startswith(prefix)]
 
@@ -69,7 +60,7 @@ def make_zoo(cluster: Any, kube: Kube) -> Zoo:
     ku.deployment(kube, zoo.ns, "web", group, 1)
     ku.deployment(kube, zoo.ns, "flaky", group, 1)
     ku.daemonset(kube, zoo.ns, "logs", group)
-    job(kube, zoo.ns, "batch", group)
+    ku.job(kube, zoo.ns, "batch", group, backoffLimit=0)
     ku.bare_pod(kube, zoo.ns, "bare", node)
     ku.bare_pod(kube, zoo.ns, "scratch", node, volumes=[{"name": "t", "emptyDir": {}}])
     ku.bare_pod(kube, zoo.ns, "done", node)

@@ -136,18 +136,12 @@ def shut_down(kube: Kube, node: str, at: float, expect: int) -> None:
     ku.wait_until(lambda: len(failed(ku.pods_on(kube, node))) >= expect, 30, "pods killed")
 
 
-def job(kube: Kube, ns: str, name: str, group: str) -> None:
-    spec = ku.pod_spec(group, restartPolicy="Never")
-    body = {"metadata": {"name": name, "namespace": ns}, "spec": {"template": {"spec": spec}}}
-    kube.post(f"/apis/batch/v1/namespaces/{ns}/jobs", body)
-
-
 def test_after_boot_the_agent_deletes_replaced_leftovers(
     cluster: Any, kube: Kube, admin_kubeconfig: str, tmp_path: Path
 ) -> None:
     group, node, spare = ku.node_pair(cluster, kube, "left")
     ku.deployment(kube, group, "web", group, 2)
-    job(kube, group, "batch", group)
+    ku.job(kube, group, "batch", group)
     ku.bare_pod(kube, group, "solo", node)
     ku.wait_running(kube, node, 4)
     ku.open_node(kube, spare)
