@@ -108,11 +108,12 @@ def wait_pdbs_readable(kubeconfig: Path, readable: bool) -> None:
     ku.wait_until(check, 15, f"PDBs readable={readable}")
 
 
-def pdb_paced_node(cluster: Any, kube: Any, prefix: str) -> tuple[str, str]:
-    """A node with 3 Deployment pods under a PDB allowing one disruption at a time."""
+def pdb_paced_node(cluster: Any, kube: Any, prefix: str, **pdb_spec: Any) -> tuple[str, str]:
+    """A node with 3 Deployment pods under a PDB (default: one disruption at a time),
+    and an open spare node for their replacements."""
     group, node, spare = ku.node_pair(cluster, kube, prefix)
     ku.deployment(kube, group, "web", group, 3)
-    ku.pdb(kube, group, "web", {"app": "web"}, maxUnavailable=1)
+    ku.pdb(kube, group, "web", {"app": "web"}, **(pdb_spec or {"maxUnavailable": 1}))
     ku.wait_running(kube, node, 3)
     ku.wait_pdb_ready(kube, group, "web")
     ku.open_node(kube, spare)
@@ -153,12 +154,7 @@ def test_pdbs_not_readable_is_said_once_and_evictions_retried_on_backoff(
 ) -> None:
     """A PDB refuses every eviction until the test relaxes it: the drain says once that
     PDBs are not readable, keeps retrying on backoff, and finishes once the PDB allows."""
-    group, node, spare = ku.node_pair(cluster, kube, "k403")
-    ku.deployment(kube, group, "web", group, 3)
-    ku.pdb(kube, group, "web", {"app": "web"}, minAvailable=3)
-    ku.wait_running(kube, node, 3)
-    ku.wait_pdb_ready(kube, group, "web")
-    ku.open_node(kube, spare)
+    group, node = pdb_paced_node(cluster, kube, "k403", minAvailable=3)
     kc = cluster.mint_node_kubeconfig(node, tmp_path / "kubelet.conf")
     wait_pdbs_readable(kc, False)
     err = tmp_path / "drain.err"
