@@ -104,6 +104,11 @@ def missing(p: Plan) -> str:
 # -- the identity in a kubeconfig -----------------------------------------------------------
 
 
+# What reading a kubeconfig leniently may raise: a missing or unreadable file, bad YAML,
+# base64 or UTF-8, and entries that are not the mappings and lists expected.
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError)
+
+
 def client_user(kubeconfig: str) -> str:
     """The user a kubeconfig authenticates as by client certificate (its CN), or "".
 
@@ -112,7 +117,7 @@ def client_user(kubeconfig: str) -> str:
     """
     try:
         pem = _client_certificate(Path(kubeconfig))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError):
+    except _UNREADABLE:
         return ""
     return common_name(pem) if pem else ""
 
@@ -126,7 +131,7 @@ def cert_path(kubeconfig: str) -> str:
     """The client certificate file a kubeconfig points at ("" when embedded or none)."""
     try:
         user = _current_user(Path(kubeconfig))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError):
+    except _UNREADABLE:
         return ""
     ref = user.get("client-certificate")
     return str(Path(kubeconfig).parent / ref) if isinstance(ref, str) and ref else ""
