@@ -418,7 +418,7 @@ class Agent:
 
     def _clean_leftovers(self, stop: threading.Event) -> None:
         """Once the node is Ready after boot, delete what the last shutdown left."""
-        from nodeagent.leftovers import LeftoverCleaner, boot_time
+        from nodeagent.leftovers import LeftoverCleaner, this_boot
 
         loop = self._loop("leftovers")
         while not _ready(self.mirror.wait(_ready, 1.0) or {}):
@@ -426,7 +426,7 @@ class Agent:
                 return
             loop.beat()
         cleaner = LeftoverCleaner(
-            self.kube, self.node_name, self.cfg.leftovers, self.events, boot_time(), loop.beat
+            self.kube, self.node_name, self.cfg.leftovers, self.events, this_boot(), loop.beat
         )
         cleaner.run()
 

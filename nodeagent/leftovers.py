@@ -6,9 +6,10 @@ reason `Terminated` and the condition `DisruptionTarget=True/TerminationByKubele
 objects afterwards (kubernetes#98012, #122122): they sit on the node for good.
 
 Once the node is Ready after boot, the agent deletes its own node's pods left so by
-an earlier boot's shutdown (the condition's time is before this boot began, both on
-the node's clock) whose controller has replaced them: ReplicaSet-owned pods, once the
-ReplicaSet has as many live pods as it wants. StatefulSet and DaemonSet controllers
+an earlier boot's shutdown (the condition's time is before this boot began: the later of
+the kernel's btime and systemd's UserspaceTimestamp, both on the node's clock) whose
+controller has replaced them: ReplicaSet-owned pods, once the ReplicaSet has as many
+live pods as it wants. StatefulSet and DaemonSet controllers
 already delete their own failed pods. Job pods (their history and logs) and bare pods
 (the failed object is their only record) stay unless `leftovers.jobs` /
 `leftovers.bare` say otherwise.
@@ -100,11 +101,38 @@ def verdict(
 
 
 def boot_time(stat: Path = Path("/proc/stat")) -> float:
-    """When this boot began (the kernel's btime, the clock the kubelet stamps with)."""
+    """When the kernel booted (its btime, on the clock the kubelet stamps with)."""
     for line in stat.read_text().splitlines():
         if line.startswith("btime "):
             return float(line.split()[1])
     raise OSError(f"no btime in {stat}")
+
+
+def boot_began(kernel: float, userspace: float | None) -> float:
+    """When this boot began: the later of the kernel's boot and systemd's start.
+
+    On a host userspace starts just after the kernel, and nothing kills pods in between.
+    In a container the kernel's btime is the host's, unchanged across container reboots,
+    while systemd's start is the container's own boot. `userspace` None: unknown.
+    """
+    return kernel if userspace is None else max(kernel, userspace)
+
+
+def this_boot(bus_address: str | None = None, stat: Path = Path("/proc/stat")) -> float:
+    """:func:`boot_began` from /proc/stat and systemd over the system bus; btime alone
+    (said once in the log) when systemd cannot be asked."""
+    from nodeagent.shutdown import userspace_started
+
+    try:
+        userspace: float | None = userspace_started(bus_address)
+    except Exception as exc:  # any bus failure leaves the kernel's time, which is safe
+        log.warning(
+            "cannot read systemd's UserspaceTimestamp (%s): this boot began at the kernel's "
+            "btime (in a container that is the host's boot)",
+            exc,
+        )
+        userspace = None
+    return boot_began(boot_time(stat), userspace)
 
 
 @dataclass

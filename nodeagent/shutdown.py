@@ -213,6 +213,23 @@ def _list_jobs(bus_address: str | None, timeout: float) -> list[tuple[str, str]]
     return [(str(row[1]), str(row[2])) for row in rows]
 
 
+def userspace_started(bus_address: str | None = None, *, timeout: float = START_TIMEOUT) -> float:
+    """When systemd began this boot's userspace (its Manager's ``UserspaceTimestamp``), in
+    seconds since the epoch. Readable by anyone. In a container that is the container's
+    boot, which the kernel's btime (shared with the host) is not.
+
+    Raises whatever the bus raised, or ValueError if systemd has no such time.
+    """
+    deadline = time.monotonic() + timeout
+    with _Bus.open(bus_address, deadline) as bus:
+        usec = bus.get_property(
+            SYSTEMD_NAME, SYSTEMD_PATH, SYSTEMD_IFACE, "UserspaceTimestamp", deadline
+        )
+    if not usec:
+        raise ValueError("systemd reports no UserspaceTimestamp")
+    return int(usec) / 1e6
+
+
 def reload_logind(bus_address: str | None = None, *, timeout: float = START_TIMEOUT) -> None:
     """Make logind re-read its drop-ins: SIGHUP to its main process through systemd, as
     the kubelet does after writing 99-kubelet.conf (Debian 12's unit has no reload)."""

@@ -16,8 +16,10 @@ from nodeagent.leftovers import (
     EVENT_REASON,
     LeftoverCleaner,
     Verdict,
+    boot_began,
     boot_time,
     killed_at,
+    this_boot,
     verdict,
 )
 from nodeagent.rejection import rejection_of
@@ -113,6 +115,38 @@ def test_boot_time_from_proc_stat(tmp_path: Path) -> None:
     stat = ku.write(tmp_path / "stat", "cpu 1 2 3\nbtime 1700000000\nprocesses 5\n")
     assert boot_time(stat) == 1_700_000_000.0
     assert 0 < boot_time() < time.time()
+
+
+@pytest.mark.parametrize(
+    ("kernel", "userspace", "began"),
+    [
+        # A host: systemd starts seconds after the kernel.
+        (BOOT, BOOT + 3, BOOT + 3),
+        # A container rebooted long after the host's kernel: its own systemd's start.
+        (BOOT, BOOT + 86_400, BOOT + 86_400),
+        # A clock stepped back between the kernel's boot and systemd's: never earlier
+        # than the kernel.
+        (BOOT, BOOT - 5, BOOT),
+        # systemd could not be asked: the kernel's time.
+        (BOOT, None, BOOT),
+    ],
+)
+def test_boot_began_is_the_later_of_kernel_and_userspace(
+    kernel: float, userspace: float | None, began: float
+) -> None:
+    assert boot_began(kernel, userspace) == began
+
+
+def test_without_systemd_this_boot_is_btime_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    stat = ku.write(tmp_path / "stat", "btime 1700000000\n")
+    nobody = f"unix:path={tmp_path / 'no-bus'}"
+    with caplog.at_level("WARNING", logger="nodeagent.leftovers"):
+        assert this_boot(nobody, stat) == 1_700_000_000.0
+    (record,) = caplog.records
+    assert "UserspaceTimestamp" in record.getMessage()
+    assert "btime" in record.getMessage()
 
 
 def test_config_key_turns_the_loop_off(kube: Kube) -> None:
