@@ -26,6 +26,7 @@ from hack.realnode import TEST_IMAGE, NodeOptions, RealNode
 from hack.realnode import host as realhost
 from nodeagent.conditions import READY, ReadyReason
 from nodeagent.kube import JSON, Kube, node_path, pods_path
+from nodeagent.leftovers import EVENT_REASON as LEFTOVER_DELETED
 from nodeagent.rejection import POD_REJECTED, STATE_WIPED, find_condition
 from tests import kubeutil as ku
 from tests.nspawn import VERBOSE_DROPIN, build_deb, dpkg_offline, realtime
@@ -465,6 +466,64 @@ def test_graceful_shutdown_on_races_the_drain(env: Env) -> None:
     assert kills, node.messages("kubelet.service")[-50:]
     marked = [p for p in env.pods("web") if killed_by_kubelet(p)]
     print(f"the kubelet killed {len(kills)} of 3 pods, {len(marked)} marked in the API")
+
+
+def test_after_a_reboot_the_pods_the_kubelet_left_failed_are_cleaned(env: Env) -> None:
+    """Scenario 5: the kubelet's graceful shutdown leaves pods Failed/TerminationByKubelet;
+    after the next boot the agent deletes those its ReplicaSet replaced, keeps a bare one.
+
+    Budgets that allow no eviction keep the agent's drain from deleting the pods first: the
+    kubelet kills them, and the agent holds its delay lock until it sees them finished, so
+    the kubelet has posted their status (with TerminationByKubelet) before it stops.
+    """
+    opts = NodeOptions(shutdown_grace=20, shutdown_grace_critical=5)
+    node = env.real_node("a", agent=agent_config(f"{env.group}-a"), opts=opts)
+    env.deployment("web", 3, POLITE, grace=2)
+    ku.bare_pod(
+        env.kube,
+        env.ns,
+        "solo",
+        node.name,
+        containers=[container(POLITE)],
+        terminationGracePeriodSeconds=2,
+        **NO_TOKEN,
+    )
+    env.kube.merge_patch(pods_path(env.ns, "solo"), {"metadata": {"labels": {"app": "solo"}}})
+    ku.wait_running(env.kube, node.name, 4, timeout=90)
+    ku.pdb(env.kube, env.ns, "web", {"app": "web"}, maxUnavailable=0)
+    ku.pdb(env.kube, env.ns, "solo", {"app": "solo"}, minAvailable=1)
+    env.open_spare()
+    agent_ready(node)
+
+    assert node.run("poweroff").returncode == 0
+    assert node.wait_exit(DEADLINE + MARGIN) == 0
+    left = [p for p in on_node(env.pods("web"), node.name) if killed_by_kubelet(p)]
+    assert left, [(p["metadata"]["name"], p.get("status")) for p in env.pods("web")]
+    solo = env.kube.get(pods_path(env.ns, "solo"))
+    print(f"the kubelet left {len(left)} of 3 web pods Failed; solo {solo['status']['phase']}")
+    # The ReplicaSet replaces them on the spare while the node is down.
+    wait_for(lambda: len(ku.running(ku.pods_on(env.kube, env.spare))) >= 3, 60, "the replacements")
+
+    took = node.boot()
+    print(f"{node.name}: boot to Ready {took:.1f}s")
+    uids = {p["metadata"]["uid"] for p in left}
+    wait_for(
+        lambda: not uids & {p["metadata"]["uid"] for p in env.pods("web")},
+        60,
+        "the agent to delete the replaced leftovers",
+    )
+    events = env.kube.get(f"/api/v1/namespaces/{env.ns}/events")["items"]
+    deleted = {
+        e["involvedObject"]["uid"]
+        for e in events
+        if e["reason"] == LEFTOVER_DELETED and "has replaced it" in e["message"]
+    }
+    assert deleted >= uids, events
+    # The bare pod's failed object is its only record: it stays.
+    assert ku.exists(env.kube, pods_path(env.ns, "solo"))
+    assert not any(e["involvedObject"]["name"] == "solo" for e in events
+                   if e["reason"] == LEFTOVER_DELETED)  # fmt: skip
+    assert any("shutdown leftover" in m for m in node.messages("nodeagent.service"))
 
 
 def ready_reason(kube: Kube, name: str) -> str | None:
