@@ -30,7 +30,8 @@ from nodeagent.leftovers import EVENT_REASON as LEFTOVER_DELETED
 from nodeagent.rejection import POD_REJECTED, STATE_WIPED, find_condition
 from tests import kubeutil as ku
 from tests.nspawn import VERBOSE_DROPIN, build_deb, dpkg_offline, realtime
-from tests.test_system import config as agent_config
+from tests.test_system import DEADLINE as AGENT_DEADLINE
+from tests.test_system import config as system_config
 
 # A real node boots in seconds, but the first test may build the agent's package, and the
 # SIGTERM scenario waits out init's final kill: more than the default per-test timeout.
@@ -62,6 +63,12 @@ def container(script: str, **extra: Any) -> JSON:
 # No service account token: the local control plane runs no root CA publisher, so the
 # kubelet could not build the projected token volume.
 NO_TOKEN = {"automountServiceAccountToken": False}
+
+
+def agent_config(node: str, deadline: float = AGENT_DEADLINE, extra: str = "") -> str:
+    """The system tests' agent config, on the kubeconfig install_agent writes."""
+    head = f'node = "{node}"\nkubeconfig = "/etc/nodeagent/kubeconfig"\n\n'
+    return head + system_config(deadline, extra)
 
 
 def install_agent(node: RealNode, kubeconfig: Path, config: str) -> None:
