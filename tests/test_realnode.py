@@ -27,6 +27,7 @@ from hack.realnode import host as realhost
 from nodeagent.conditions import READY, ReadyReason
 from nodeagent.kube import JSON, Kube, node_path, pods_path
 from nodeagent.leftovers import EVENT_REASON as LEFTOVER_DELETED
+from nodeagent.leftovers import killed_at
 from nodeagent.rejection import POD_REJECTED, STATE_WIPED, find_condition
 from tests import kubeutil as ku
 from tests.nspawn import VERBOSE_DROPIN, build_deb, dpkg_offline, realtime
@@ -485,13 +486,15 @@ def test_after_a_reboot_the_pods_the_kubelet_left_failed_are_cleaned(env: Env) -
     """
     opts = NodeOptions(shutdown_grace=20, shutdown_grace_critical=5)
     node = env.real_node("a", agent=agent_config(f"{env.group}-a"), opts=opts)
-    env.deployment("web", 3, POLITE, grace=2)
+    # SIGTERM ignored, so the kubelet's SIGKILL ends them: Failed. (A pod that exits 0 on
+    # SIGTERM ends Succeeded, which is not a shutdown leftover.)
+    env.deployment("web", 3, STUBBORN, grace=2)
     ku.bare_pod(
         env.kube,
         env.ns,
         "solo",
         node.name,
-        containers=[container(POLITE)],
+        containers=[container(STUBBORN)],
         terminationGracePeriodSeconds=2,
         **NO_TOKEN,
     )
@@ -504,10 +507,13 @@ def test_after_a_reboot_the_pods_the_kubelet_left_failed_are_cleaned(env: Env) -
 
     assert node.run("poweroff").returncode == 0
     assert node.wait_exit(DEADLINE + MARGIN) == 0
-    left = [p for p in on_node(env.pods("web"), node.name) if killed_by_kubelet(p)]
-    assert left, [(p["metadata"]["name"], p.get("status")) for p in env.pods("web")]
-    solo = env.kube.get(pods_path(env.ns, "solo"))
-    print(f"the kubelet left {len(left)} of 3 web pods Failed; solo {solo['status']['phase']}")
+    web = [*on_node(env.pods("web"), node.name), env.kube.get(pods_path(env.ns, "solo"))]
+    for p in web:
+        status = p.get("status") or {}
+        print(p["metadata"]["name"], status.get("phase"), status.get("reason"),
+              killed_by_kubelet(p))  # fmt: skip
+    left = [p for p in web[:-1] if killed_at(p) is not None]
+    assert left, "no pod left Failed/Terminated with TerminationByKubelet"
     # The ReplicaSet replaces them on the spare while the node is down.
     wait_for(lambda: len(ku.running(ku.pods_on(env.kube, env.spare))) >= 3, 60, "the replacements")
 
