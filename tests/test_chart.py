@@ -82,17 +82,23 @@ def privileged_namespace(kube: Kube, name: str, level: str = "privileged") -> st
 
 
 @pytest.fixture(scope="module")
-def monitoring_crds(cluster: Any) -> None:
+def monitoring_crds(cluster: Any, kube: Kube) -> None:
     """The real CRDs from prometheus-operator's module: a stub would accept anything."""
     for path in sorted(crd_dir().glob("*.yaml")):
         done = kubectl(cluster, "apply", "--server-side", "-f", str(path))
         assert done.returncode == 0, done.stderr
     for kind in ("servicemonitors", "podmonitors", "prometheusrules"):
-        done = kubectl(
-            cluster, "wait", "--for=condition=Established", "--timeout=60s",
-            f"crd/{kind}.monitoring.coreos.com",
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr
+        # Polled rather than `kubectl wait`: kubectl 1.35 fails at once ("accessor
+        # error") on a CRD whose status has no conditions yet, instead of waiting.
+        ku.wait_until(lambda k=kind: crd_established(kube, k), 60, f"CRD {kind} Established")
+
+
+def crd_established(kube: Kube, kind: str) -> bool:
+    crd = kube.get(
+        f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{kind}.monitoring.coreos.com"
+    )
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
 
 def test_lint_strict() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -30,9 +31,27 @@ env = realnode.env  # the real-node fixture
 KUBECONFIG = "/etc/kubernetes/kubelet.kubeconfig"  # hack/realnode's kubelet credentials
 
 
-def apply(cluster: Any, node: str, ns: str, deadline: str) -> JSON:
+# The chart's cluster-scoped objects (the PodDisruptionBudget reader for system:nodes)
+# outlive the namespace: removed after the test, or later tests of the kubelet identity
+# without that reader would find PDBs readable.
+CLUSTER_SCOPED = ("ClusterRole", "ClusterRoleBinding")
+
+
+@pytest.fixture
+def cluster_rbac(cluster: Any) -> Iterator[list[JSON]]:
+    """Cluster-scoped objects the test applied; deleted after it."""
+    applied: list[JSON] = []
+    yield applied
+    if applied:
+        kubectl(
+            cluster, "delete", "--ignore-not-found", "-f", "-", stdin=yaml.safe_dump_all(applied)
+        )
+
+
+def apply(cluster: Any, node: str, ns: str, deadline: str, rbac: list[JSON]) -> JSON:
     """The chart for this node only (elsewhere the DaemonSet would run on simulated
-    nodes), as `helm upgrade` would apply it; returns the rendered DaemonSet."""
+    nodes), as `helm upgrade` would apply it; returns the rendered DaemonSet and adds
+    its cluster-scoped objects to `rbac`."""
     values = [
         "identity=kubelet",
         f"kubeletIdentity.kubeconfig={KUBECONFIG}",
@@ -50,6 +69,7 @@ def apply(cluster: Any, node: str, ns: str, deadline: str) -> JSON:
         "logindDropIn.enabled=true",
     ]
     docs = objects(render(ns, ns, values))
+    rbac.extend(d for d in docs if d["kind"] in CLUSTER_SCOPED and d not in rbac)
     done = kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
     assert done.returncode == 0, done.stderr
     (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
@@ -75,7 +95,7 @@ def agent_locks(node: RealNode) -> list[str]:
 
 
 def test_rollout_leaves_the_node_alone_and_poweroff_drains(
-    env: Any, cluster: Any, kube: Kube
+    env: Any, cluster: Any, kube: Kube, cluster_rbac: list[JSON]
 ) -> None:
     oci, docker = hack("build-image", 1800)
     del oci
@@ -93,7 +113,7 @@ def test_rollout_leaves_the_node_alone_and_poweroff_drains(
     ku.wait_until(lambda: len(ku.running(ku.pods_on(kube, node.name))) == 1, 120, "web")
     ns = privileged_namespace(kube, ku.unique("dsreal"))
 
-    apply(cluster, node.name, ns, "30s")
+    apply(cluster, node.name, ns, "30s", cluster_rbac)
     try:
         first = ku.wait_until(lambda: running_agent(kube, ns), 180, "the agent pod Ready")
     except AssertionError:
@@ -106,7 +126,7 @@ def test_rollout_leaves_the_node_alone_and_poweroff_drains(
 
     # A rollout: the config changes, so does the pod template's checksum.
     started = time.monotonic()
-    apply(cluster, node.name, ns, "40s")
+    apply(cluster, node.name, ns, "40s", cluster_rbac)
 
     def replaced() -> JSON | None:
         pod = running_agent(kube, ns)
