@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,27 @@ def privileged_namespace(kube: Kube, name: str, level: str = "privileged") -> st
     labels = {"pod-security.kubernetes.io/enforce": level}
     kube.post("/api/v1/namespaces", {"metadata": {"name": name, "labels": labels}})
     return name
+
+
+# Objects a rendering holds that outlive the test's namespace.
+CLUSTER_SCOPED = ("ClusterRole", "ClusterRoleBinding")
+
+
+@pytest.fixture
+def cluster_scoped(cluster: Any) -> Iterator[list[dict[str, Any]]]:
+    """A list for the cluster-scoped objects a test applies from a rendering, deleted
+    after the test: left behind, the kubelet identity's PDB reader (bound to all of
+    system:nodes) would let later tests' kubelet identities read PDBs."""
+    applied: list[dict[str, Any]] = []
+    yield applied
+    if applied:
+        kubectl(
+            cluster, "delete", "--ignore-not-found", "-f", "-", stdin=yaml.safe_dump_all(applied)
+        )
+
+
+def note_cluster_scoped(docs: list[dict[str, Any]], applied: list[dict[str, Any]]) -> None:
+    applied.extend(d for d in docs if d["kind"] in CLUSTER_SCOPED and d not in applied)
 
 
 @pytest.fixture(scope="module")

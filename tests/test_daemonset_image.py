@@ -26,12 +26,13 @@ from typing import Any
 import pytest
 import yaml
 
+import tests.test_chart as chart
 from nodeagent.cordon import DRAIN_RESULT
 from nodeagent.kube import JSON, Kube, pods_path
 from tests import kubeutil as ku
 from tests.agentproc import free_port
 from tests.nspawn import hack
-from tests.test_chart import kubectl, objects, privileged_namespace, render
+from tests.test_chart import kubectl, note_cluster_scoped, objects, privileged_namespace, render
 from tests.test_daemonset_agent import mock_logind, preparing
 from tests.test_image import unpack
 from tests.test_shutdown_dbus import (
@@ -79,7 +80,9 @@ class Rendered:
         return dict(container)
 
 
-def render_applied(cluster: Any, kube: Kube, values: list[str]) -> Rendered:
+def render_applied(
+    cluster: Any, kube: Kube, values: list[str], cluster_scoped: list[JSON] | None = None
+) -> Rendered:
     """A rendering (with a port of its own: nspawn shares the host's network with every
     other test); everything but the DaemonSet applied for real (its controller would
     start a pod on every test node), the pods below stand in for it."""
@@ -88,6 +91,8 @@ def render_applied(cluster: Any, kube: Kube, values: list[str]) -> Rendered:
     (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
     (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
     rest = [d for d in docs if d["kind"] != "DaemonSet"]
+    if cluster_scoped is not None:
+        note_cluster_scoped(rest, cluster_scoped)
     done = kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump_all(rest))
     assert done.returncode == 0, done.stderr
     return Rendered(ns, ds, cm)
@@ -374,16 +379,26 @@ def test_the_chart_names_the_image_that_was_built(archives: list[Path]) -> None:
     assert entry["RepoTags"] == [ds["spec"]["template"]["spec"]["containers"][0]["image"]]
 
 
+cluster_scoped = chart.cluster_scoped  # a fixture
+
 KUBELET_KUBECONFIG = "/var/lib/kubelet/kubeconfig"
 
 
 def test_the_kubelet_identity_drains_too(
-    image_root: Path, cluster: Any, kube: Kube, logind: Bus, tmp_path: Path
+    image_root: Path,
+    cluster: Any,
+    kube: Kube,
+    logind: Bus,
+    tmp_path: Path,
+    cluster_scoped: list[JSON],
 ) -> None:
     """identity=kubelet: the node's own kubelet credentials, read-only from the host
     paths the manifest names, and no ServiceAccount token at all."""
     rendered = render_applied(
-        cluster, kube, ["identity=kubelet", f"kubeletIdentity.kubeconfig={KUBELET_KUBECONFIG}"]
+        cluster,
+        kube,
+        ["identity=kubelet", f"kubeletIdentity.kubeconfig={KUBELET_KUBECONFIG}"],
+        cluster_scoped,
     )
     assert rendered.pod_spec["automountServiceAccountToken"] is False
     node = node_with_a_pod(cluster, kube, "imgkubelet")

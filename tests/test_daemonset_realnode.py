@@ -11,41 +11,25 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
 
+import tests.test_chart as chart
 import tests.test_realnode as realnode
 from hack.realnode import RealNode
 from nodeagent.cordon import DRAIN_RESULT
 from nodeagent.kube import JSON, Kube
 from tests import kubeutil as ku
 from tests.nspawn import hack
-from tests.test_chart import kubectl, objects, privileged_namespace, render
+from tests.test_chart import kubectl, note_cluster_scoped, objects, privileged_namespace, render
 
 pytestmark = pytest.mark.timeout(900)
 env = realnode.env  # the real-node fixture
+cluster_scoped = chart.cluster_scoped
 
 KUBECONFIG = "/etc/kubernetes/kubelet.kubeconfig"  # hack/realnode's kubelet credentials
-
-
-# The chart's cluster-scoped objects (the PodDisruptionBudget reader for system:nodes)
-# outlive the namespace: removed after the test, or later tests of the kubelet identity
-# without that reader would find PDBs readable.
-CLUSTER_SCOPED = ("ClusterRole", "ClusterRoleBinding")
-
-
-@pytest.fixture
-def cluster_rbac(cluster: Any) -> Iterator[list[JSON]]:
-    """Cluster-scoped objects the test applied; deleted after it."""
-    applied: list[JSON] = []
-    yield applied
-    if applied:
-        kubectl(
-            cluster, "delete", "--ignore-not-found", "-f", "-", stdin=yaml.safe_dump_all(applied)
-        )
 
 
 def apply(cluster: Any, node: str, ns: str, deadline: str, rbac: list[JSON]) -> JSON:
@@ -69,7 +53,7 @@ def apply(cluster: Any, node: str, ns: str, deadline: str, rbac: list[JSON]) -> 
         "logindDropIn.enabled=true",
     ]
     docs = objects(render(ns, ns, values))
-    rbac.extend(d for d in docs if d["kind"] in CLUSTER_SCOPED and d not in rbac)
+    note_cluster_scoped(docs, rbac)
     done = kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
     assert done.returncode == 0, done.stderr
     (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
@@ -95,7 +79,7 @@ def agent_locks(node: RealNode) -> list[str]:
 
 
 def test_rollout_leaves_the_node_alone_and_poweroff_drains(
-    env: Any, cluster: Any, kube: Kube, cluster_rbac: list[JSON]
+    env: Any, cluster: Any, kube: Kube, cluster_scoped: list[JSON]
 ) -> None:
     oci, docker = hack("build-image", 1800)
     del oci
@@ -113,7 +97,7 @@ def test_rollout_leaves_the_node_alone_and_poweroff_drains(
     ku.wait_until(lambda: len(ku.running(ku.pods_on(kube, node.name))) == 1, 120, "web")
     ns = privileged_namespace(kube, ku.unique("dsreal"))
 
-    apply(cluster, node.name, ns, "30s", cluster_rbac)
+    apply(cluster, node.name, ns, "30s", cluster_scoped)
     try:
         first = ku.wait_until(lambda: running_agent(kube, ns), 180, "the agent pod Ready")
     except AssertionError:
@@ -126,7 +110,7 @@ def test_rollout_leaves_the_node_alone_and_poweroff_drains(
 
     # A rollout: the config changes, so does the pod template's checksum.
     started = time.monotonic()
-    apply(cluster, node.name, ns, "40s", cluster_rbac)
+    apply(cluster, node.name, ns, "40s", cluster_scoped)
 
     def replaced() -> JSON | None:
         pod = running_agent(kube, ns)
