@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hack.localcluster.cluster import Cluster
-from nodeagent.kube import Kube
+from nodeagent.kube.client import Kube
 from tests import kubeutil as ku
 
 

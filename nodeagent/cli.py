@@ -92,7 +92,7 @@ def check_rejection(cfg: Config) -> None:
     """Refuse a [rejection] section whose wipe would refuse paths for every pod."""
     if not (cfg.rejection.state_paths or cfg.rejection.hooks or cfg.rejection.state_roots):
         return
-    from nodeagent.wipe import config_problems
+    from nodeagent.rejection.wipe import config_problems
 
     problems = config_problems(cfg.rejection)
     if problems:
@@ -132,9 +132,9 @@ def handle_errors(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from nodeagent.cordon import CordonedByOther
-        from nodeagent.kube import KubeConfigError, KubeError
-        from nodeagent.nodelock import NodeLockError
+        from nodeagent.fence.marker import CordonedByOther
+        from nodeagent.host.nodelock import NodeLockError
+        from nodeagent.kube.client import KubeConfigError, KubeError
 
         try:
             return func(*args, **kwargs)
@@ -247,10 +247,10 @@ def drain(reason: str, dry_run: bool, **params: Any) -> None:
             "drain.finished_pods": params.pop("finished_pods"),
         },
     )
-    from nodeagent.credentials import connect
-    from nodeagent.drain import Drain, DrainOptions
-    from nodeagent.podfilter import FinishedPods
-    from nodeagent.report import EventRecorder
+    from nodeagent.drain.engine import Drain, DrainOptions
+    from nodeagent.drain.podfilter import FinishedPods
+    from nodeagent.kube.credentials import connect
+    from nodeagent.report.events import EventRecorder
 
     kube, _ = connect(cfg)
     options = DrainOptions(
@@ -265,7 +265,7 @@ def drain(reason: str, dry_run: bool, **params: Any) -> None:
     events = EventRecorder(kube, cfg.node_name, enabled=not dry_run)
     result = Drain(kube, cfg.node_name, options, events, _progress_printer()).run()
     events.flush()
-    from nodeagent.summary import render
+    from nodeagent.drain.summary import render
 
     click.echo(render(result))
     sys.exit(int(result.exit_code))
@@ -281,10 +281,10 @@ def uncordon(force: bool, **params: Any) -> None:
     A node cordoned by someone else stays cordoned unless --force (exit 4).
     """
     cfg = build_config(params)
-    from nodeagent.cordon import get_node
-    from nodeagent.cordon import uncordon as do_uncordon
-    from nodeagent.credentials import connect
-    from nodeagent.report import EventRecorder
+    from nodeagent.fence.marker import get_node
+    from nodeagent.fence.marker import uncordon as do_uncordon
+    from nodeagent.kube.credentials import connect
+    from nodeagent.report.events import EventRecorder
 
     kube, _ = connect(cfg)
     if do_uncordon(kube, cfg.node_name, force=force):
@@ -312,8 +312,8 @@ def status(output: str, **params: Any) -> None:
     and the pods a drain would still evict with the PDBs that block them.
     """
     cfg = build_config(params)
-    from nodeagent.credentials import connect
-    from nodeagent.status import gather, render
+    from nodeagent.kube.credentials import connect
+    from nodeagent.report.status import gather, render
 
     kube, _ = connect(cfg)
     report = gather(kube, cfg.node_name)
@@ -340,10 +340,10 @@ def wipe(pod_ref: str, dry_run: bool, **params: Any) -> None:
     namespace, _, name = pod_ref.partition("/")
     if not namespace or not name or "/" in name:
         fail(f"--pod: expected NAMESPACE/NAME, got {pod_ref!r}", 2)
-    from nodeagent.credentials import connect
-    from nodeagent.kube import ApiError, KubeError, pods_path
-    from nodeagent.wipe import PodRef
-    from nodeagent.wipe import wipe as do_wipe
+    from nodeagent.kube.client import ApiError, KubeError, pods_path
+    from nodeagent.kube.credentials import connect
+    from nodeagent.rejection.wipe import PodRef
+    from nodeagent.rejection.wipe import wipe as do_wipe
 
     kube, _ = connect(cfg)
     try:
@@ -362,8 +362,8 @@ def wipe(pod_ref: str, dry_run: bool, **params: Any) -> None:
     result = do_wipe(PodRef.of(pod), cfg.rejection, dry_run=dry_run)
     click.echo(f"{'would wipe' if dry_run else result.reason}: {result.message}")
     if not dry_run:
-        from nodeagent.rejection import PodGone, report_wipe
-        from nodeagent.report import EventRecorder
+        from nodeagent.rejection.controller import PodGone, report_wipe
+        from nodeagent.report.events import EventRecorder
 
         events = EventRecorder(kube, cfg.node_name)
         try:
@@ -385,11 +385,11 @@ def run(**params: Any) -> None:
     """
     cfg = build_config(params)
     check_rejection(cfg)
-    from nodeagent.preload import preload
+    from nodeagent.host.preload import preload
 
     preload()  # a package upgrade must not give this process a mix of versions
-    from nodeagent.credentials import connect
-    from nodeagent.daemon import Agent, Notifier
+    from nodeagent.agent.daemon import Agent, Notifier
+    from nodeagent.kube.credentials import connect
 
     notifier = Notifier()
     kube, identity = connect(cfg, daemon=True, notify=notifier.send)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from nodeagent.kube import Kube
+from nodeagent.kube.client import Kube
 
 
 @pytest.fixture(scope="session")

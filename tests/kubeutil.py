@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nodeagent.kube import JSON, ApiError, Kube, node_path, pods_path
+from nodeagent.kube.client import JSON, ApiError, Kube, node_path, pods_path
 
 SIM_LABEL = "nodeagent.io/simulated"
 GROUP_LABEL = "test.nodeagent.io/group"

@@ -122,9 +122,10 @@ def next_deb(deb: Path, workdir: Path, version: str, *, poison: bool = False) ->
     package = tree / SITE_PACKAGES / "nodeagent"
     (package / "__init__.py").write_text(f'__version__ = "{version}"\n')
     if poison:
-        for module in package.glob("*.py"):
+        for module in package.rglob("*.py"):
             module.write_text(f"raise ImportError('{version} loaded into a running process')\n")
-    shutil.rmtree(package / "__pycache__")
+    for cache in list(package.rglob("__pycache__")):
+        shutil.rmtree(cache)
     out = workdir / f"nodeagent_{version}.deb"
     subprocess.run(
         ["dpkg-deb", "-Zgzip", "-z1", "-b", str(tree), str(out)],

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 import nodeagent
-from nodeagent.kube import ApiError, Kube
+from nodeagent.kube.client import ApiError, Kube
 from tests import kubeutil as ku
 
 ROOT = Path(__file__).resolve().parent.parent

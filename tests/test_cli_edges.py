@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from nodeagent.config import Config, ConfigError, env_var, leaf_fields, load
-from nodeagent.drain import Drain, DrainOptions
-from nodeagent.kube import Kube, KubeError
+from nodeagent.drain.engine import Drain, DrainOptions
+from nodeagent.kube.client import Kube, KubeError
 from tests import kubeutil as ku
 
 COMMANDS = ("drain", "uncordon", "status", "wipe", "run")

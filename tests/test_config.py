@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from nodeagent.config import ConfigError, load, parse_duration
-from nodeagent.kube import Kube
+from nodeagent.kube.client import Kube
 from tests import kubeutil as ku
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from nodeagent.shutdown import (
+from nodeagent.host.logind import (
     LOGIND_IFACE,
     LOGIND_NAME,
     LOGIND_PATH,

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from nodeagent.kube import JSON, ApiError, Kube, node_path, pods_path
+from nodeagent.kube.client import JSON, ApiError, Kube, node_path, pods_path
 from tests import kubeutil as ku
 from tests.test_chart import kubectl, objects, privileged_namespace, render
 

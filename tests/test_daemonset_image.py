@@ -27,8 +27,8 @@ import pytest
 import yaml
 
 import tests.test_chart as chart
-from nodeagent.cordon import DRAIN_RESULT
-from nodeagent.kube import JSON, Kube, pods_path
+from nodeagent.fence.marker import DRAIN_RESULT
+from nodeagent.kube.client import JSON, Kube, pods_path
 from tests import kubeutil as ku
 from tests.agentproc import free_port
 from tests.nspawn import hack

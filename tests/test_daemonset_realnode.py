@@ -19,8 +19,8 @@ import yaml
 import tests.test_chart as chart
 import tests.test_realnode as realnode
 from hack.realnode import RealNode
-from nodeagent.cordon import DRAIN_RESULT
-from nodeagent.kube import JSON, Kube
+from nodeagent.fence.marker import DRAIN_RESULT
+from nodeagent.kube.client import JSON, Kube
 from tests import kubeutil as ku
 from tests.nspawn import hack
 from tests.test_chart import kubectl, note_cluster_scoped, objects, privileged_namespace, render

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from nodeagent.cordon import BOOT_ID, CORDONED_BY, DRAIN_REASON, DRAIN_STARTED_AT
-from nodeagent.drain import Drain, DrainOptions, DrainResult
-from nodeagent.kube import Kube, node_path, pods_path
-from nodeagent.report import EventRecorder
+from nodeagent.drain.engine import Drain, DrainOptions, DrainResult
+from nodeagent.fence.marker import BOOT_ID, CORDONED_BY, DRAIN_REASON, DRAIN_STARTED_AT
+from nodeagent.kube.client import Kube, node_path, pods_path
+from nodeagent.report.events import EventRecorder
 from tests import kubeutil as ku
 
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from nodeagent import conditions
-from nodeagent.drain import Drain, DrainOptions, PodState, pod_state
-from nodeagent.evacuate import outcome_condition
-from nodeagent.kube import JSON, Kube, api_stamp, node_path, pods_path
-from nodeagent.podfilter import FinishedPods, controller_of
-from nodeagent.report import EventRecorder
-from nodeagent.summary import render
+from nodeagent.departure.evacuate import outcome_condition
+from nodeagent.drain.engine import Drain, DrainOptions, PodState, pod_state
+from nodeagent.drain.podfilter import FinishedPods, controller_of
+from nodeagent.drain.summary import render
+from nodeagent.kube.client import JSON, Kube, api_stamp, node_path, pods_path
+from nodeagent.report import conditions
+from nodeagent.report.events import EventRecorder
 from tests import kubeutil as ku
 from tests.agentproc import AgentProcess
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from nodeagent import conditions
-from nodeagent.cordon import CORDONED_BY, DRAIN_REASON, DRAIN_RESULT, cordon
-from nodeagent.kube import JSON, Kube, node_path, pods_path
+from nodeagent.fence.marker import CORDONED_BY, DRAIN_REASON, DRAIN_RESULT, cordon
+from nodeagent.kube.client import JSON, Kube, node_path, pods_path
+from nodeagent.report import conditions
 from tests import kubeutil as ku
 from tests.agentproc import AgentProcess
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from nodeagent.drain import Drain, DrainOptions
-from nodeagent.grants import Grant, grant_of, is_fresh
-from nodeagent.kube import JSON, ApiError, Kube, api_stamp, api_time, pods_path
-from nodeagent.report import EventRecorder
+from nodeagent.drain.engine import Drain, DrainOptions
+from nodeagent.drain.grants import Grant, grant_of, is_fresh
+from nodeagent.kube.client import JSON, ApiError, Kube, api_stamp, api_time, pods_path
+from nodeagent.report.events import EventRecorder
 from tests import kubeutil as ku
 
 T0 = 1_800_000_000.0

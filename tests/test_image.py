@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from nodeagent.kube import Kube
+from nodeagent.kube.client import Kube
 from tests import kubeutil as ku
 from tests.nspawn import hack, nspawn_root
 from tests.test_system import (

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from nodeagent import conditions
-from nodeagent.kube import Kube
+from nodeagent.kube.client import Kube
+from nodeagent.report import conditions
 from tests import kubeutil as ku
 from tests.agentproc import free_port
 from tests.nspawn import Machine, nspawn_root, packaged_root

@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 
+from nodeagent.agent.daemon import Agent
 from nodeagent.config import Config, LeftoversConfig
-from nodeagent.daemon import Agent
-from nodeagent.kube import JSON, Kube, api_stamp, node_path, pods_path
-from nodeagent.leftovers import (
+from nodeagent.departure.leftovers import (
     EVENT_REASON,
     LeftoverCleaner,
     Verdict,
@@ -22,8 +21,9 @@ from nodeagent.leftovers import (
     this_boot,
     verdict,
 )
-from nodeagent.rejection import rejection_of
-from nodeagent.report import EventRecorder
+from nodeagent.kube.client import JSON, Kube, api_stamp, node_path, pods_path
+from nodeagent.rejection.controller import rejection_of
+from nodeagent.report.events import EventRecorder
 from tests import kubeutil as ku
 from tests.agentproc import AgentProcess
 
@@ -142,7 +142,7 @@ def test_without_systemd_this_boot_is_btime_and_says_so(
 ) -> None:
     stat = ku.write(tmp_path / "stat", "btime 1700000000\n")
     nobody = f"unix:path={tmp_path / 'no-bus'}"
-    with caplog.at_level("WARNING", logger="nodeagent.leftovers"):
+    with caplog.at_level("WARNING", logger="nodeagent.departure.leftovers"):
         assert this_boot(nobody, stat) == 1_700_000_000.0
     (record,) = caplog.records
     assert "UserspaceTimestamp" in record.getMessage()

@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from nodeagent import metrics
+from nodeagent.report import metrics
 from tests.agentproc import free_port
 
 

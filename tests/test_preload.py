@@ -1,6 +1,6 @@
 """After preload, no import the agent makes later reads a file of the installed package.
 
-A package upgrade swaps those files under the running daemon (see nodeagent/preload.py). The
+A package upgrade swaps those files under the running daemon (see nodeagent/host/preload.py). The
 imports the agent makes inside functions are found in its source; each is run after
 ``preload()`` in a fresh interpreter, and none may load a module that is not already loaded
 (standard library aside: it is not part of the package).
@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 PROBE = """
 import importlib, json, sys
-from nodeagent.preload import preload
+from nodeagent.host.preload import preload
 preload()
 before = set(sys.modules)
 for name in json.loads(sys.argv[1]):
@@ -34,7 +34,7 @@ print(json.dumps([m for m in late if m.split(".")[0] not in sys.stdlib_module_na
 def lazy_imports() -> list[str]:
     """Modules imported inside functions in nodeagent/ (X and X.Y for `from X import Y`)."""
     names: set[str] = set()
-    for path in sorted((REPO / "nodeagent").glob("*.py")):
+    for path in sorted((REPO / "nodeagent").rglob("*.py")):
         tree = ast.parse(path.read_text())
         top = set(map(id, tree.body))
         for node in ast.walk(tree):
@@ -50,7 +50,7 @@ def lazy_imports() -> list[str]:
 
 def test_lazy_imports_are_found() -> None:
     found = lazy_imports()
-    assert "nodeagent.daemon" in found and "jeepney" in found, found
+    assert "nodeagent.agent.daemon" in found and "jeepney" in found, found
 
 
 def test_nothing_is_loaded_after_preload() -> None:

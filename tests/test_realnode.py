@@ -24,11 +24,11 @@ import pytest
 
 from hack.realnode import TEST_IMAGE, NodeOptions, RealNode
 from hack.realnode import host as realhost
-from nodeagent.conditions import READY, ReadyReason
-from nodeagent.kube import JSON, Kube, node_path, pods_path
-from nodeagent.leftovers import EVENT_REASON as LEFTOVER_DELETED
-from nodeagent.leftovers import killed_at
-from nodeagent.rejection import POD_REJECTED, STATE_WIPED, find_condition
+from nodeagent.departure.leftovers import EVENT_REASON as LEFTOVER_DELETED
+from nodeagent.departure.leftovers import killed_at
+from nodeagent.kube.client import JSON, Kube, node_path, pods_path
+from nodeagent.rejection.controller import POD_REJECTED, STATE_WIPED, find_condition
+from nodeagent.report.conditions import READY, ReadyReason
 from tests import kubeutil as ku
 from tests.nspawn import VERBOSE_DROPIN, build_deb, dpkg_offline, realtime
 from tests.test_system import DEADLINE as AGENT_DEADLINE

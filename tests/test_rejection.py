@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 
 from hack.localcluster import REJECT, REJECT_MESSAGE
-from nodeagent import metrics
 from nodeagent.config import RejectionConfig
-from nodeagent.kube import JSON, ApiError, Kube, pods_path
-from nodeagent.rejection import (
+from nodeagent.kube.client import JSON, ApiError, Kube, pods_path
+from nodeagent.kube.watch import Reflector
+from nodeagent.kube.workqueue import WorkQueue
+from nodeagent.rejection.controller import (
     POD_REJECTED,
     RECREATE_ANNOTATION,
     RECREATED,
@@ -39,9 +40,8 @@ from nodeagent.rejection import (
     rejection_of,
     wants_recreate,
 )
-from nodeagent.report import EventRecorder
-from nodeagent.watch import Reflector
-from nodeagent.workqueue import WorkQueue
+from nodeagent.report import metrics
+from nodeagent.report.events import EventRecorder
 from tests import kubeutil as ku
 
 BACKOFF = 1.0

@@ -30,10 +30,9 @@ from jeepney import DBusAddress, MessageType, new_method_call, new_signal
 from jeepney.bus_messages import message_bus
 from jeepney.io.blocking import DBusConnection, open_dbus_connection
 
-from nodeagent.conditions import READY, find
-from nodeagent.cordon import CORDONED_BY
-from nodeagent.kubeletshutdown import kubelet_lock
-from nodeagent.shutdown import (
+from nodeagent.fence.marker import CORDONED_BY
+from nodeagent.host.kubeletshutdown import kubelet_lock
+from nodeagent.host.logind import (
     LOGIND_IFACE,
     LOGIND_NAME,
     LOGIND_PATH,
@@ -51,6 +50,7 @@ from nodeagent.shutdown import (
     system_bus_address,
     why_stopping,
 )
+from nodeagent.report.conditions import READY, find
 from tests import kubeutil as ku
 from tests.agentproc import AgentProcess
 

@@ -6,9 +6,9 @@ import json
 import re
 from typing import Any
 
-from nodeagent import conditions
-from nodeagent.cordon import cordon
-from nodeagent.kube import Kube, node_path
+from nodeagent.fence.marker import cordon
+from nodeagent.kube.client import Kube, node_path
+from nodeagent.report import conditions
 from tests import kubeutil as ku
 
 
@@ -86,7 +86,7 @@ def test_status_of_a_missing_node_is_a_one_line_error(admin_kubeconfig: str) -> 
 
 
 def test_label_selector_matching() -> None:
-    from nodeagent.status import selects
+    from nodeagent.report.status import selects
 
     labels = {"app": "web", "tier": "front"}
     assert selects({"matchLabels": {"app": "web"}}, labels)

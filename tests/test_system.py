@@ -23,10 +23,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from nodeagent.conditions import READY
-from nodeagent.cordon import CORDONED_BY, DRAIN_REASON, DRAIN_RESULT, MARKER_KEYS
-from nodeagent.daemon import LAST_BOOT_ID
-from nodeagent.kube import Kube, node_path
+from nodeagent.agent.daemon import LAST_BOOT_ID
+from nodeagent.fence.marker import CORDONED_BY, DRAIN_REASON, DRAIN_RESULT, MARKER_KEYS
+from nodeagent.kube.client import Kube, node_path
+from nodeagent.report.conditions import READY
 from tests import kubeutil as ku
 from tests.nspawn import (
     EXIT_REBOOT,

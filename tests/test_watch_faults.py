@@ -21,7 +21,7 @@ import psutil
 import pytest
 import yaml
 
-from nodeagent.kube import JSON, ApiError, Kube, node_path, pods_path
+from nodeagent.kube.client import JSON, ApiError, Kube, node_path, pods_path
 from tests import kubeutil as ku
 from tests.agentproc import AgentProcess
 from tests.tcpproxy import Proxy
@@ -244,7 +244,7 @@ def test_an_agent_identity_may_change_only_its_own_node(faulty: Faulty) -> None:
 
 def test_a_drain_keeps_its_deadline_when_the_api_server_blackholes(faulty: Faulty) -> None:
     """No request of a drain outlives deadline + finish_grace, however the server hangs."""
-    from nodeagent.drain import Drain, DrainOptions
+    from nodeagent.drain.engine import Drain, DrainOptions
 
     group = ku.unique("bh")
     node = f"{group}-a"

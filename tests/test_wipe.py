@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from nodeagent.config import RejectionConfig
-from nodeagent.wipe import (
+from nodeagent.rejection.wipe import (
     FAILED,
     TIMED_OUT,
     WIPED,
@@ -251,7 +251,7 @@ def test_holder_the_agent_may_not_inspect_is_counted_and_left_alone(
     code = (
         "import dataclasses, json, sys\n"
         "from nodeagent.config import RejectionConfig\n"
-        "from nodeagent.wipe import PodRef, wipe\n"
+        "from nodeagent.rejection.wipe import PodRef, wipe\n"
         "cfg = RejectionConfig(state_roots=[sys.argv[1]], state_paths=[sys.argv[2]])\n"
         "print(json.dumps(dataclasses.asdict(wipe(PodRef(*sys.argv[3:]), cfg))))\n"
     )

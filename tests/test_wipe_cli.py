@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nodeagent.kube import Kube, pods_path
+from nodeagent.kube.client import Kube, pods_path
 from tests import kubeutil as ku
 from tests.agentproc import toml
 

@@ -16,8 +16,8 @@ import os
 import time
 from pathlib import Path
 
-from nodeagent.departure import FINISH_GRACE, LOGIND_MARGIN
-from nodeagent.shutdown import LogindInhibitor, LogindUnavailableError, reload_logind
+from nodeagent.departure.shutdown import FINISH_GRACE, LOGIND_MARGIN
+from nodeagent.host.logind import LogindInhibitor, LogindUnavailableError, reload_logind
 
 log = logging.getLogger(__name__)
 

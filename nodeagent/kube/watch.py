@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from nodeagent.kube import JSON, ApiError, Kube, KubeError
+from nodeagent.kube.client import JSON, ApiError, Kube, KubeError
 
 log = logging.getLogger(__name__)
 

@@ -41,11 +41,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from nodeagent import metrics
 from nodeagent.config import RejectionConfig
-from nodeagent.identity import RECREATE_OFF
-from nodeagent.journal import Journal, Recreation
-from nodeagent.kube import (
+from nodeagent.kube.client import (
     CONNECT_TIMEOUT,
     JSON,
     READ_TIMEOUT,
@@ -55,10 +52,13 @@ from nodeagent.kube import (
     api_stamp,
     pods_path,
 )
-from nodeagent.report import NORMAL, WARNING, EventRecorder
-from nodeagent.watch import Reflector
-from nodeagent.wipe import PodRef, WipeResult, wipe
-from nodeagent.workqueue import WorkQueue
+from nodeagent.kube.identity import RECREATE_OFF
+from nodeagent.kube.watch import Reflector
+from nodeagent.kube.workqueue import WorkQueue
+from nodeagent.rejection.wipe import PodRef, WipeResult, wipe
+from nodeagent.report import metrics
+from nodeagent.report.events import NORMAL, WARNING, EventRecorder
+from nodeagent.report.journal import Journal, Recreation
 
 log = logging.getLogger(__name__)
 

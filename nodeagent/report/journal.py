@@ -13,7 +13,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from nodeagent.kube import JSON
+from nodeagent.kube.client import JSON
 
 log = logging.getLogger(__name__)
 

@@ -18,13 +18,13 @@ import time
 from collections.abc import Callable
 from enum import StrEnum
 
-from nodeagent import conditions
-from nodeagent import cordon as fence
 from nodeagent.config import Config, EvacuateConfig
-from nodeagent.drain import Drain, DrainOptions, DrainResult
-from nodeagent.kube import JSON, Kube, KubeError
-from nodeagent.podfilter import FinishedPods
-from nodeagent.report import EventRecorder
+from nodeagent.drain.engine import Drain, DrainOptions, DrainResult
+from nodeagent.drain.podfilter import FinishedPods
+from nodeagent.fence import marker as fence
+from nodeagent.kube.client import JSON, Kube, KubeError
+from nodeagent.report import conditions
+from nodeagent.report.events import EventRecorder
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ class Evacuator:
         log.info("evacuate: %s", message)
 
     def _report(self, result: DrainResult) -> None:
-        from nodeagent import metrics
+        from nodeagent.report import metrics
 
         with self._wake:
             if self._paused:

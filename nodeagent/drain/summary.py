@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from nodeagent.drain import DrainResult, PodOutcome
+from nodeagent.drain.engine import DrainResult, PodOutcome
 
 
 def _by_reason(pods: list[PodOutcome]) -> str:

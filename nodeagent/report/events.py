@@ -13,7 +13,7 @@ import uuid
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
-from nodeagent.kube import JSON, Kube, KubeError, api_stamp
+from nodeagent.kube.client import JSON, Kube, KubeError, api_stamp
 
 log = logging.getLogger(__name__)
 

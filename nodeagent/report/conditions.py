@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from nodeagent.kube import JSON, Kube, api_stamp, node_path
+from nodeagent.kube.client import JSON, Kube, api_stamp, node_path
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodeagent.kube import JSON, ApiError, Kube, KubeError, api_stamp, node_path
+from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, api_stamp, node_path
 
 PREFIX = "nodeagent.io/"
 CORDONED_BY = PREFIX + "cordoned-by"

@@ -20,17 +20,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
 
-from nodeagent import conditions, identity, metrics
-from nodeagent import cordon as fence
 from nodeagent.config import Config
-from nodeagent.cordon import SHUTDOWN_REASONS
-from nodeagent.credentials import Identity
-from nodeagent.departure import Departure
-from nodeagent.evacuate import Evacuator, requested
-from nodeagent.kube import JSON, READ_TIMEOUT, Kube, KubeError, node_path
-from nodeagent.nodelock import Holder, NodeLock
-from nodeagent.report import WARNING, EventRecorder
-from nodeagent.watch import Reflector
+from nodeagent.departure.evacuate import Evacuator, requested
+from nodeagent.departure.shutdown import Departure
+from nodeagent.fence import marker as fence
+from nodeagent.fence.marker import SHUTDOWN_REASONS
+from nodeagent.host.nodelock import Holder, NodeLock
+from nodeagent.kube import identity
+from nodeagent.kube.client import JSON, READ_TIMEOUT, Kube, KubeError, node_path
+from nodeagent.kube.credentials import Identity
+from nodeagent.kube.watch import Reflector
+from nodeagent.report import conditions, metrics
+from nodeagent.report.events import WARNING, EventRecorder
 
 log = logging.getLogger(__name__)
 
@@ -207,8 +208,8 @@ class Agent:
     def _raise_logind_delay(self, path: str) -> None:
         """The opt-in drop-in; a failure leaves logind's delay as it is, which the logind
         loop then reports if it is too short."""
-        from nodeagent.logindconf import ensure_dropin
-        from nodeagent.shutdown import LogindUnavailableError, system_bus_address
+        from nodeagent.host.logind import LogindUnavailableError, system_bus_address
+        from nodeagent.host.logindconf import ensure_dropin
 
         try:
             if ensure_dropin(path, self.cfg.drain.deadline, system_bus_address()):
@@ -275,7 +276,7 @@ class Agent:
             watch.stop()
 
     def _watch_pods(self, stop: threading.Event) -> None:
-        from nodeagent.rejection import RejectionController
+        from nodeagent.rejection.controller import RejectionController
 
         loop = self._loop("pods")
         may_recreate = self.identity is None or not self.identity.is_kubelet
@@ -418,7 +419,7 @@ class Agent:
 
     def _clean_leftovers(self, stop: threading.Event) -> None:
         """Once the node is Ready after boot, delete what the last shutdown left."""
-        from nodeagent.leftovers import LeftoverCleaner, this_boot
+        from nodeagent.departure.leftovers import LeftoverCleaner, this_boot
 
         loop = self._loop("leftovers")
         while not _ready(self.mirror.wait(_ready, 1.0) or {}):

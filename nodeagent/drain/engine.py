@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum, IntEnum
 
-from nodeagent import cordon as fence
-from nodeagent import grants, identity, podfilter
-from nodeagent.kube import JSON, ApiError, Kube, KubeError, Unreachable, api_time, pods_path
-from nodeagent.report import WARNING, EventRecorder
-from nodeagent.watch import Reflector
+from nodeagent.drain import grants, podfilter
+from nodeagent.fence import marker as fence
+from nodeagent.kube import identity
+from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, Unreachable, api_time, pods_path
+from nodeagent.kube.watch import Reflector
+from nodeagent.report.events import WARNING, EventRecorder
 
 log = logging.getLogger(__name__)
 

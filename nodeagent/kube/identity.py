@@ -15,8 +15,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from nodeagent import metrics
-from nodeagent.kube import ApiError, Kube
+from nodeagent.kube.client import ApiError, Kube
+from nodeagent.report import metrics
 
 log = logging.getLogger(__name__)
 

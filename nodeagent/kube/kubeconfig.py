@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from nodeagent.kube import KubeConfigError
+from nodeagent.kube.client import KubeConfigError
 
 ENTRY_KEYS = ("clusters", "users", "contexts")
 

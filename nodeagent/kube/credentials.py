@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from nodeagent.config import Config, is_node_name
-from nodeagent.kube import Kube, KubeConfigError
+from nodeagent.kube.client import Kube, KubeConfigError
 
 log = logging.getLogger(__name__)
 

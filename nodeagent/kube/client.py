@@ -92,7 +92,7 @@ def _unreachable(host: str, exc: BaseException) -> Unreachable:
 def _load_configuration(kubeconfig: str | None) -> Any:
     from kubernetes import client, config  # slow import: only when a client is needed
 
-    from nodeagent.kubeconfig import check_kubeconfig
+    from nodeagent.kube.kubeconfig import check_kubeconfig
 
     cfg = client.Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")

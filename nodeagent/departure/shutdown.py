@@ -22,18 +22,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from nodeagent import conditions, metrics
-from nodeagent import cordon as fence
 from nodeagent.config import Config
-from nodeagent.cordon import SHUTDOWN_REASONS
-from nodeagent.drain import Drain, DrainOptions, DrainResult
-from nodeagent.evacuate import REASON as EVACUATE
-from nodeagent.evacuate import Evacuator, outcome_condition, requested
-from nodeagent.kube import Kube, KubeError
-from nodeagent.kubeletshutdown import CHECK_INTERVAL, KubeletShutdownReport, kubelet_lock
-from nodeagent.kubeletshutdown import message as message_for_kubelet
-from nodeagent.podfilter import FinishedPods
-from nodeagent.report import EventRecorder
+from nodeagent.departure.evacuate import REASON as EVACUATE
+from nodeagent.departure.evacuate import Evacuator, outcome_condition, requested
+from nodeagent.drain.engine import Drain, DrainOptions, DrainResult
+from nodeagent.drain.podfilter import FinishedPods
+from nodeagent.fence import marker as fence
+from nodeagent.fence.marker import SHUTDOWN_REASONS
+from nodeagent.host.kubeletshutdown import CHECK_INTERVAL, KubeletShutdownReport, kubelet_lock
+from nodeagent.host.kubeletshutdown import message as message_for_kubelet
+from nodeagent.kube.client import Kube, KubeError
+from nodeagent.report import conditions, metrics
+from nodeagent.report.events import EventRecorder
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class Departure:
 
     def hold_logind_lock(self, stop: threading.Event, beat: Callable[[], None]) -> None:
         """Loop body: hold the delay lock until `stop`; raise (to be restarted) if lost."""
-        from nodeagent.shutdown import LogindInhibitor
+        from nodeagent.host.logind import LogindInhibitor
 
         lost = threading.Event()
         inhibitor = LogindInhibitor(self.on_prepare, on_lost=lambda _exc: lost.set())
@@ -117,7 +117,7 @@ class Departure:
             inhibitor.close()
 
     def _check_kubelet_lock(self, inhibitor: Any) -> None:
-        from nodeagent.shutdown import LogindUnavailableError
+        from nodeagent.host.logind import LogindUnavailableError
 
         try:
             lock = kubelet_lock(inhibitor.inhibitors())
@@ -138,7 +138,7 @@ class Departure:
         self.report.set(self.ready_condition)
 
     def _read_inhibit_delay(self, inhibitor: Any) -> None:
-        from nodeagent.shutdown import LogindUnavailableError
+        from nodeagent.host.logind import LogindUnavailableError
 
         try:
             delay = float(inhibitor.inhibit_delay_max_seconds())
@@ -248,7 +248,7 @@ class Departure:
         if self.cfg.form == "pod":
             self._pod_stopping()
             return
-        from nodeagent.shutdown import ShutdownKind, why_stopping
+        from nodeagent.host.logind import ShutdownKind, why_stopping
 
         evidence = why_stopping()
         reason = evidence.kind.value
@@ -299,7 +299,7 @@ class Departure:
         (it started, or got its bus back, in the middle of it) does it drain, exactly as
         for PrepareForShutdown(true).
         """
-        from nodeagent.shutdown import preparing_for_shutdown
+        from nodeagent.host.logind import preparing_for_shutdown
 
         if not (self.cfg.shutdown.use_logind and preparing_for_shutdown()):
             self.status("pod stopping (rollout, uninstall or eviction), not a shutdown: no drain")

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from nodeagent.kube import JSON
+from nodeagent.kube.client import JSON
 
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 MIRROR = "kubernetes.io/config.mirror"

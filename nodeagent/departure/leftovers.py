@@ -30,11 +30,11 @@ from enum import Enum
 from pathlib import Path
 from urllib.parse import quote
 
-from nodeagent import metrics
 from nodeagent.config import LeftoversConfig
-from nodeagent.kube import JSON, ApiError, Kube, api_stamp, api_time, pods_path
-from nodeagent.podfilter import controller_of
-from nodeagent.report import EventRecorder
+from nodeagent.drain.podfilter import controller_of
+from nodeagent.kube.client import JSON, ApiError, Kube, api_stamp, api_time, pods_path
+from nodeagent.report import metrics
+from nodeagent.report.events import EventRecorder
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ def boot_began(kernel: float, userspace: float | None) -> float:
 def this_boot(bus_address: str | None = None, stat: Path = Path("/proc/stat")) -> float:
     """:func:`boot_began` from /proc/stat and systemd over the system bus; btime alone
     (said once in the log) when systemd cannot be asked."""
-    from nodeagent.shutdown import userspace_started
+    from nodeagent.host.logind import userspace_started
 
     try:
         userspace: float | None = userspace_started(bus_address)

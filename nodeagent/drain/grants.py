@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodeagent.kube import JSON, Kube, api_time, pods_path
+from nodeagent.kube.client import JSON, Kube, api_time, pods_path
 
 DISRUPTION_TARGET = "DisruptionTarget"
 BY_EVICTION_API = "EvictionByEvictionAPI"

@@ -15,8 +15,8 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from nodeagent import metrics
-from nodeagent.shutdown import Inhibitor
+from nodeagent.host.logind import Inhibitor
+from nodeagent.report import metrics
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,11 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from nodeagent import conditions, podfilter
-from nodeagent import cordon as fence
-from nodeagent.identity import PDB_READER
-from nodeagent.kube import JSON, ApiError, Kube
+from nodeagent.drain import podfilter
+from nodeagent.fence import marker as fence
+from nodeagent.kube.client import JSON, ApiError, Kube
+from nodeagent.kube.identity import PDB_READER
+from nodeagent.report import conditions
 
 PDB_READER_HINT = f"{PDB_READER} lets nodes read them"
 
