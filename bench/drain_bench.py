@@ -1,33 +1,40 @@
-"""Drain benchmark: `nodeagent drain` against `kubectl drain` on the same cluster.
+"""Drain benchmark: `nodeagent drain` against the floor and `kubectl drain`, one cluster.
 
-Each scenario builds two identical simulated nodes (plus a spare each for the
-replacements), drains one with `kubectl drain --ignore-daemonsets
---delete-emptydir-data` and the other with `nodeagent drain`, and prints both wall
-times (whole processes, start-up included) and their ratio.
+Each scenario loads one simulated node per drainer (with a cordoned spare, opened just before
+the drain, for the replacements) and drains it with a whole process, start-up included:
+the floor (bench/floor.py: cordon, list, evict 32 at a time, watch until gone; nothing
+else), `nodeagent drain`, and `kubectl drain --ignore-daemonsets --delete-emptydir-data`.
+Every drain runs under its own client certificate and the API server audits those users
+only, so the bench also prints what each drain asked of the API, per evicted pod.
 
-    python bench/drain_bench.py            # starts its own local control plane
+    python bench/drain_bench.py                      # every scenario, starts its own cluster
+    python bench/drain_bench.py --only a --only fleet --nodes 4 --skip-kubectl
 """
 
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import audit, fleet, report, workload
+from bench.drainers import Drain, Drainer, Identities, run_drain
+from bench.workload import SETTLE_TIMEOUT
 from hack.localcluster.cluster import Cluster
 from nodeagent.kube.client import Kube
 from tests import kubeutil as ku
 
+SIM_NODE_PODS = 250  # the simulated node's pod capacity (hack/localcluster/podstatus.py)
+
 
 @dataclass(frozen=True)
 class Scenario:
+    key: str
     name: str
     replicas: int
     daemonsets: int
@@ -36,100 +43,127 @@ class Scenario:
 
 
 SCENARIOS = (
-    Scenario("a: 100 pods + 2 DaemonSet pods, exit at once", 100, 2, {}),
+    Scenario("a", "a: 100 pods + 2 DaemonSet pods, exit at once", 100, 2, {}),
     Scenario(
-        "b: same, 2 s termination delay", 100, 2, {"sim.nodeagent.io/termination-delay": "2s"}
+        "b",
+        "b: same, 2 s termination delay",
+        100,
+        2,
+        {"sim.nodeagent.io/termination-delay": "2s"},
     ),
     Scenario(
+        "c",
         "c: 10 replicas, PDB maxUnavailable 1, Ready after 1 s",
         10,
         0,
         {"sim.nodeagent.io/ready-delay": "1s"},
         pdb_max_unavailable=1,
     ),
+    Scenario(
+        "full",
+        f"full: {SIM_NODE_PODS - 2} pods + 2 DaemonSet pods (node capacity {SIM_NODE_PODS})",
+        SIM_NODE_PODS - 2,
+        2,
+        {},
+    ),
 )
 
 
-def prepare(cluster: Cluster, kube: Kube, scenario: Scenario) -> tuple[str, str]:
-    """A loaded node and its (cordoned) spare; returns (node, spare)."""
-    ns, node, spare = ku.node_pair(cluster, kube, "bench")
-    group = ns
-    ku.deployment(kube, ns, "app", group, scenario.replicas, annotations=scenario.annotations)
+@dataclass(frozen=True)
+class Loaded:
+    group: str
+    node: str
+    spare: str
+
+
+def prepare(cluster: Cluster, kube: Kube, scenario: Scenario) -> Loaded:
+    """A node loaded as the scenario says and its cordoned spare."""
+    group, node, spare = ku.node_pair(cluster, kube, "bench")
+    ku.deployment(kube, group, "app", group, scenario.replicas, annotations=scenario.annotations)
     for i in range(scenario.daemonsets):
-        ku.daemonset(kube, ns, f"ds{i}", group)
+        ku.daemonset(kube, group, f"ds{i}", group)
     if scenario.pdb_max_unavailable is not None:
-        ku.pdb(kube, ns, "app", {"app": "app"}, maxUnavailable=scenario.pdb_max_unavailable)
-    ku.wait_running(kube, node, scenario.replicas + scenario.daemonsets, timeout=180)
+        ku.pdb(kube, group, "app", {"app": "app"}, maxUnavailable=scenario.pdb_max_unavailable)
+    ku.wait_running(kube, node, scenario.replicas + scenario.daemonsets, timeout=SETTLE_TIMEOUT)
     if scenario.pdb_max_unavailable is not None:
-        ku.wait_pdb_ready(kube, ns, "app")
-    ku.open_node(kube, spare)
-    return node, spare
+        ku.wait_pdb_ready(kube, group, "app")
+    return Loaded(group, node, spare)
 
 
-def timed(cmd: list[str]) -> float:
-    start = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    took = time.monotonic() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"{cmd[0]} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}")
-    return took
+def run_scenario(
+    cluster: Cluster, kube: Kube, ids: Identities, scenario: Scenario, drainers: list[Drainer]
+) -> list[Drain]:
+    drains = []
+    for drainer in drainers:
+        loaded = prepare(cluster, kube, scenario)
+        ku.open_node(kube, loaded.spare)
+        who = ids.mint(drainer, loaded.node)
+        drains.append(run_drain(drainer, loaded.node, who, cluster.bin_dir / "kubectl"))
+        # The replacements start before the next drain, so drains do not overlap them.
+        ku.wait_running(
+            kube, loaded.spare, scenario.replicas + scenario.daemonsets, timeout=SETTLE_TIMEOUT
+        )
+        workload.remove(kube, loaded.group, [loaded.node, loaded.spare])
+    return drains
 
 
-def run(cluster: Cluster, scenario: Scenario) -> tuple[float, float]:
-    kube = Kube.from_kubeconfig(str(cluster.kubeconfig))
-    kc = str(cluster.kubeconfig)
-    kubectl_node, _ = prepare(cluster, kube, scenario)
-    agent_node, _ = prepare(cluster, kube, scenario)
-    kubectl = timed(
-        [
-            str(cluster.bin_dir / "kubectl"),
-            "--kubeconfig",
-            kc,
-            "drain",
-            kubectl_node,
-            "--ignore-daemonsets",
-            "--delete-emptydir-data",
-            "--timeout=300s",
-        ]
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    agent = timed(
-        [
-            sys.executable,
-            "-m",
-            "nodeagent",
-            "drain",
-            "--node",
-            agent_node,
-            "--kubeconfig",
-            kc,
-            "--deadline",
-            "300s",
-        ]
+    keys = [s.key for s in SCENARIOS] + ["fleet", "startup"]
+    parser.add_argument(
+        "--only",
+        choices=keys,
+        action="append",
+        help="run only these scenarios (repeatable); default: all. fleet: N nodes at once; "
+        "startup: interpreter and import time of each drainer",
     )
-    return kubectl, agent
-
-
-def report(results: list[tuple[Scenario, float, float]], out: Callable[[str], None]) -> None:
-    out(f"{'scenario':58} {'kubectl':>8} {'nodeagent':>9} {'ratio':>6}")
-    for scenario, kubectl, agent in results:
-        out(f"{scenario.name:58} {kubectl:7.2f}s {agent:8.2f}s {agent / kubectl:6.2f}")
-    delayed = next(a for s, _, a in results if s.name.startswith("b"))
-    out(f"scenario b: nodeagent overhead beyond the 2 s delay: {delayed - 2:.2f}s")
+    parser.add_argument(
+        "--skip-kubectl", action="store_true", help="leave kubectl out (it is the slow one)"
+    )
+    parser.add_argument(
+        "--nodes", type=int, default=10, help="fleet: nodes drained at once (default 10)"
+    )
+    parser.add_argument(
+        "--pods-per-node", type=int, default=25, help="fleet: pods per node (default 25)"
+    )
+    args = parser.parse_args(argv)
+    if args.nodes < 1 or args.pods_per_node < 1:
+        parser.error("--nodes and --pods-per-node must be at least 1")
+    return args
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=["a", "b", "c"], action="append")
-    args = parser.parse_args()
+    args = parse_args()
+    wanted = set(args.only or [s.key for s in SCENARIOS] + ["fleet", "startup"])
+    drainers = [d for d in Drainer if not (args.skip_kubectl and d is Drainer.KUBECTL)]
+    print(report.load_line("start"), flush=True)
+    if "startup" in wanted:
+        report.startup(print)
+    scenarios = [s for s in SCENARIOS if s.key in wanted]
+    if not scenarios and "fleet" not in wanted:
+        return
     with tempfile.TemporaryDirectory(prefix="nodeagent-bench-") as tmp:
-        cluster = Cluster.start(Path(tmp))
+        workdir = Path(tmp)
+        cluster = Cluster.start(workdir, apiserver_extra_args=audit.apiserver_args(workdir))
         try:
-            results = [
-                (s, *run(cluster, s)) for s in SCENARIOS if not args.only or s.name[0] in args.only
-            ]
+            kube = Kube.from_kubeconfig(str(cluster.kubeconfig))
+            ids = Identities(cluster, workdir / "identities")
+            for scenario in scenarios:
+                drains = run_scenario(cluster, kube, ids, scenario, drainers)
+                report.scenario(
+                    scenario.name, drains, scenario.replicas, audit.log_path(workdir), print
+                )
+                print(report.load_line("after " + scenario.key), flush=True)
+            if "fleet" in wanted:
+                shape = fleet.Shape(args.nodes, args.pods_per_node)
+                runs = [fleet.run(cluster, kube, ids, shape, d) for d in fleet.DRAINERS]
+                time.sleep(1.0)  # the last watches' audit entries
+                report.fleet(shape, runs, audit.log_path(workdir), print)
+                print(report.load_line("after fleet"), flush=True)
         finally:
             cluster.stop()
-    report(results, print)
 
 
 if __name__ == "__main__":

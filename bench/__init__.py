@@ -1,0 +1,1 @@
+"""Benchmarks: timing and API-cost goals live here, never in timed tests."""

@@ -1,0 +1,84 @@
+"""The three drainers the bench compares, each run as its own process under its own name."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from bench.audit import DRAINERS
+from hack.localcluster.cluster import Cluster
+
+REPO = Path(__file__).resolve().parent.parent
+DEADLINE = 300
+
+
+class Drainer(Enum):
+    FLOOR = "floor"
+    NODEAGENT = "nodeagent"
+    KUBECTL = "kubectl"
+
+
+@dataclass(frozen=True)
+class Identity:
+    user: str
+    kubeconfig: Path
+
+
+class Identities:
+    """A client certificate per drain (admin rights, audited group), so the audit log
+    tells one drain's requests from every other's by user name alone."""
+
+    def __init__(self, cluster: Cluster, directory: Path) -> None:
+        self.cluster = cluster
+        self.directory = directory
+
+    def mint(self, drainer: Drainer, node: str) -> Identity:
+        user = f"bench:{drainer.value}:{node}"
+        path = self.directory / f"{drainer.value}-{node}.kubeconfig"
+        self.cluster.mint_kubeconfig(user, ["system:masters", DRAINERS], path)
+        return Identity(user, path)
+
+
+@dataclass(frozen=True)
+class Drain:
+    """One timed drain: wall-clock start and end (the audit log's clock) of its process."""
+
+    drainer: Drainer
+    node: str
+    user: str
+    started: float
+    ended: float
+
+    @property
+    def seconds(self) -> float:
+        return self.ended - self.started
+
+
+def command(drainer: Drainer, node: str, kubeconfig: Path, kubectl: Path) -> list[str]:
+    kc = str(kubeconfig)
+    if drainer is Drainer.FLOOR:
+        return [sys.executable, "-m", "bench.floor", "--node", node, "--kubeconfig", kc]
+    if drainer is Drainer.NODEAGENT:
+        return [
+            *(sys.executable, "-m", "nodeagent", "drain", "--node", node),
+            *("--kubeconfig", kc, "--deadline", f"{DEADLINE}s"),
+        ]
+    return [
+        *(str(kubectl), "--kubeconfig", kc, "drain", node),
+        *("--ignore-daemonsets", "--delete-emptydir-data", f"--timeout={DEADLINE}s"),
+    ]
+
+
+def run_drain(drainer: Drainer, node: str, who: Identity, kubectl: Path) -> Drain:
+    """Run one drain to its end; a failed drain stops the bench with its output."""
+    cmd = command(drainer, node, who.kubeconfig, kubectl)
+    started = time.time()
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=DEADLINE + 60)
+    ended = time.time()
+    if proc.returncode != 0:
+        raise SystemExit(f"{drainer.value} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}")
+    return Drain(drainer, node, who.user, started, ended)
