@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from bench.drainers import Drain, Drainer, Identities, run_drain
 from bench.workload import SETTLE_TIMEOUT, remove
 from hack.localcluster.cluster import Cluster
-from nodeagent.kube import Kube, node_path
+from nodeagent.kube.client import Kube, node_path
 from tests import kubeutil as ku
 
 DRAINERS = (Drainer.NODEAGENT, Drainer.FLOOR)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nodeagent.kube import ApiError, Kube, node_path
+from nodeagent.kube.client import ApiError, Kube, node_path
 from tests import kubeutil as ku
 
 SETTLE_TIMEOUT = 300.0
