@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from nodeagent.drain.engine import Drain, DrainOptions, DrainResult
+from nodeagent.drain.engine import Drain, DrainOptions, DrainOutcome, DrainResult, PodOutcome
+from nodeagent.drain.summary import render
 from nodeagent.fence.marker import BOOT_ID, CORDONED_BY, DRAIN_REASON, DRAIN_STARTED_AT
 from nodeagent.kube.client import Kube, node_path, pods_path
 from nodeagent.report.events import EventRecorder
@@ -163,6 +164,33 @@ def test_pdb_that_never_allows_hits_the_deadline(pair: Pair, admin_kubeconfig: s
     assert len(ku.running(ku.pods_on(kube, pair.a))) == 2
     timed_out = [e for e in ku.node_events(kube, pair.a) if e["reason"] == "DrainTimedOut"]
     assert timed_out and "quorum-pdb" in timed_out[0]["message"]
+
+
+def test_a_blocked_pod_carries_its_pdb_as_data(pair: Pair) -> None:
+    """The PDB refusing a pod is a field of its outcome; the words stay the same."""
+    kube = pair.kube
+    ku.deployment(kube, pair.ns, "quorum", pair.group, 2)
+    ku.pdb(kube, pair.ns, "quorum-pdb", {"app": "quorum"}, minAvailable=2)
+    ku.wait_running(kube, pair.a, 2)
+    ku.wait_pdb_ready(kube, pair.ns, "quorum-pdb")
+
+    result = pair.drain(deadline=3)
+
+    pdb = f"{pair.ns}/quorum-pdb"
+    assert result.outcome is DrainOutcome.TIMED_OUT and result.outcome == "timed-out"
+    assert [p.pdbs for p in result.blocked] == [(pdb,)] * 2
+    assert all(p.detail.startswith(f"PDB {pdb}: ") for p in result.blocked), result.blocked
+    assert result.blocking_pdbs == [pdb]
+    assert f"  blocking PodDisruptionBudgets: {pdb}\n" in render(result) + "\n"
+
+
+def test_blocking_pdbs_come_from_the_outcomes_not_their_words() -> None:
+    said = PodOutcome("ns", "a", "u1", detail="PDB ns/said-only: words", pdbs=())
+    held = PodOutcome("ns", "b", "u2", detail="anything at all", pdbs=("ns/z", "ns/y"))
+    again = PodOutcome("ns", "c", "u3", pdbs=("ns/y",))
+    assert DrainResult("n", blocked=[said, held, again]).blocking_pdbs == ["ns/y", "ns/z"]
+    held.note("eviction failed: 500")  # new words without a PDB: it no longer names one
+    assert held.pdbs == () and DrainResult("n", blocked=[held]).blocking_pdbs == []
 
 
 def test_force_after_deadline_deletes_what_is_left(pair: Pair) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from enum import Enum, IntEnum
+from enum import Enum, IntEnum, StrEnum
 
 from nodeagent.drain import grants, podfilter
 from nodeagent.fence import marker as fence
@@ -74,24 +74,43 @@ class DrainOptions:
     finished_pods: podfilter.FinishedPods = podfilter.FinishedPods.KEEP
 
 
+class DrainOutcome(StrEnum):
+    """How a drain ended. A StrEnum: its value is what the node's drain-result
+    annotation, the metrics' result label and the summary show."""
+
+    DRAINED = "drained"
+    FORCED = "forced"  # drained, some pods deleted after the deadline
+    TIMED_OUT = "timed-out"  # the deadline came with pods still leaving
+    INCOMPLETE = "incomplete"  # pods held by finalizers or stuck terminating
+    CANCELLED = "cancelled"
+    DRY_RUN = "dry-run"
+
+
 @dataclass
 class PodOutcome:
     namespace: str
     name: str
     uid: str
-    detail: str = ""
+    detail: str = ""  # in words, for people
     evicted_at: float | None = None  # monotonic time the eviction was accepted
+    # The PodDisruptionBudgets ("namespace/name") refusing its eviction, as data: set
+    # together with the detail that names them, cleared when the detail is replaced.
+    pdbs: tuple[str, ...] = ()
 
     @property
     def ref(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    def note(self, detail: str, pdbs: tuple[str, ...] = ()) -> None:
+        """Replace why the pod is where it is (and which PDBs hold it, if any)."""
+        self.detail = detail
+        self.pdbs = pdbs
+
 
 @dataclass
 class DrainResult:
     node: str
-    # drained | forced | timed-out | incomplete (pods held or stuck) | cancelled | dry-run
-    outcome: str = "drained"
+    outcome: DrainOutcome = DrainOutcome.DRAINED
     seconds: float = 0.0
     cordoned: bool = False
     evicted: list[PodOutcome] = field(default_factory=list)
@@ -106,8 +125,7 @@ class DrainResult:
 
     @property
     def blocking_pdbs(self) -> list[str]:
-        found = (re.search(r"PDB (\S+)", p.detail) for p in self.blocked)
-        return sorted({m.group(1) for m in found if m})
+        return sorted({pdb for p in self.blocked for pdb in p.pdbs})
 
 
 class PodState(Enum):
@@ -245,11 +263,11 @@ class Drain:
         pods = self._list_pods()
         evict = self._plan(pods)
         if self.opts.dry_run:
-            self.result.outcome = "dry-run"
+            self.result.outcome = DrainOutcome.DRY_RUN
             self.result.evicted = [_outcome(p) for p in evict]
             return self.result
         if self._cancelled.is_set():
-            self.result.outcome = "cancelled"
+            self.result.outcome = DrainOutcome.CANCELLED
             return self.result
         self._fence(node)
         evictions = self._evict_tiers(evict)
@@ -347,7 +365,7 @@ class Drain:
         self.result.evicted = [e.outcome for e in gone]
         if self._cancelled.is_set():
             self.result.evicted += [e.outcome for e in left if e.accepted]
-            self.result.outcome = "cancelled"
+            self.result.outcome = DrainOutcome.CANCELLED
             return
         waiting = [e for e in left if states[id(e)] is PodState.PRESENT]
         for ev in left:
@@ -357,11 +375,13 @@ class Drain:
             left = [e for e in left if e.outcome not in self.result.forced]
         self.result.blocked = [e.outcome for e in left]
         if waiting and left:
-            self.result.outcome = "timed-out"
+            self.result.outcome = DrainOutcome.TIMED_OUT
         elif left:
-            self.result.outcome = "incomplete"
+            self.result.outcome = DrainOutcome.INCOMPLETE
         else:
-            self.result.outcome = "forced" if self.result.forced else "drained"
+            self.result.outcome = (
+                DrainOutcome.FORCED if self.result.forced else DrainOutcome.DRAINED
+            )
         self._report_end(node)
 
     def _describe_left(self, ev: _Eviction, state: PodState) -> None:
@@ -369,7 +389,7 @@ class Drain:
         if pod is None:
             return
         if state is not PodState.PRESENT:
-            ev.outcome.detail = left_detail(pod, state, time.time())
+            ev.outcome.note(left_detail(pod, state, time.time()))
             return
         ev.outcome.detail = ev.outcome.detail or "still terminating"
         finalizers = pod["metadata"].get("finalizers") or []
@@ -380,7 +400,7 @@ class Drain:
         left = ", ".join(f"{p.ref} ({p.detail})" for p in self.result.blocked)
         if not self.result.blocked:
             self._node_event(node, "Drained", f"Drained in {time.monotonic() - self._start:.1f}s")
-        elif self.result.outcome == "timed-out":
+        elif self.result.outcome is DrainOutcome.TIMED_OUT:
             self._node_event(node, "DrainTimedOut", f"Deadline reached; left: {left}", WARNING)
         else:
             self._node_event(node, "DrainIncomplete", f"Pods left on the node: {left}", WARNING)
@@ -434,7 +454,7 @@ class Drain:
                 self._pods.changed.notify_all()
         except Exception as exc:  # a worker must never die silently
             log.exception("eviction of %s failed", ev.outcome.ref)
-            ev.outcome.detail = f"internal error: {type(exc).__name__}: {exc}"
+            ev.outcome.note(f"internal error: {type(exc).__name__}: {exc}")
 
     def _evict_until_accepted(self, ev: _Eviction) -> None:
         backoff = PDB_BACKOFF_START
@@ -445,7 +465,7 @@ class Drain:
                 self._post_eviction(ev)
                 ev.accepted = True
                 ev.outcome.evicted_at = time.monotonic()
-                ev.outcome.detail = ""
+                ev.outcome.note("")
                 self._pod_event(ev, "Evicted", f"Evicted by nodeagent ({self.opts.reason})")
                 return
             except ApiError as exc:
@@ -455,7 +475,7 @@ class Drain:
                     raise DrainAborted(f"eviction of {ev.outcome.ref} forbidden: {exc}") from None
                 backoff = self._after_refusal(ev, exc, backoff)
             except Unreachable as exc:
-                ev.outcome.detail = str(exc)
+                ev.outcome.note(str(exc))
                 self._sleep(backoff)
                 backoff = min(backoff * 2, PDB_BACKOFF_MAX)
 
@@ -476,7 +496,8 @@ class Drain:
         if pdb:
             if self._finish_granted(ev, self._pdb_named(namespace, pdb)):
                 return backoff
-            self._blocked(ev, f"PDB {namespace}/{pdb}: {exc.causes[0].get('message', exc)}")
+            message = exc.causes[0].get("message", exc)
+            self._blocked(ev, f"PDB {namespace}/{pdb}: {message}", (f"{namespace}/{pdb}",))
             self._wait_pdb_change(namespace, backoff * random.uniform(0.8, 1.2))
             return min(backoff * 2, PDB_BACKOFF_MAX)
         if exc.status == 429:
@@ -487,7 +508,7 @@ class Drain:
             self._blocked(ev, f"MultiplePDBs: {exc.message}")
             self._sleep(MULTI_PDB_RETRY)
             return backoff
-        ev.outcome.detail = f"eviction failed: {exc}"
+        ev.outcome.note(f"eviction failed: {exc}")
         self._sleep(backoff)
         return min(backoff * 2, PDB_BACKOFF_MAX)
 
@@ -511,7 +532,7 @@ class Drain:
             return False
         ev.accepted = True
         ev.outcome.evicted_at = time.monotonic()
-        ev.outcome.detail = ""
+        ev.outcome.note("")
         when = datetime.fromtimestamp(grant.at, UTC).strftime("%H:%M:%SZ")
         message = f"Finished the eviction granted at {when} ({grant.source}) but never carried out"
         self.progress(f"{ev.outcome.ref}: {message[0].lower()}{message[1:]}")
@@ -525,8 +546,8 @@ class Drain:
                 return pdb
         return None
 
-    def _blocked(self, ev: _Eviction, detail: str) -> None:
-        ev.outcome.detail = detail
+    def _blocked(self, ev: _Eviction, detail: str, pdbs: tuple[str, ...] = ()) -> None:
+        ev.outcome.note(detail, pdbs)
         if not ev.reported_block:
             ev.reported_block = True
             self.progress(f"{ev.outcome.ref}: eviction blocked: {detail}")
@@ -577,10 +598,10 @@ class Drain:
                 self.kube.delete(pods_path(ev.outcome.namespace, ev.outcome.name), body)
             except ApiError as exc:
                 if exc.status not in (404, 409):
-                    ev.outcome.detail = f"delete failed: {exc}"
+                    ev.outcome.note(f"delete failed: {exc}")
                     continue
             except KubeError as exc:
-                ev.outcome.detail = f"delete failed: {exc}"
+                ev.outcome.note(f"delete failed: {exc}")
                 continue
             held = (self._pods.objects.get(ev.outcome.uid) or {}).get("metadata", {})
             finalizers = ", ".join(held.get("finalizers") or [])

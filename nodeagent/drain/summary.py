@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from nodeagent.drain.engine import DrainResult, PodOutcome
+from nodeagent.drain.engine import DrainOutcome, DrainResult, PodOutcome
 
 
 def _by_reason(pods: list[PodOutcome]) -> str:
@@ -16,7 +16,7 @@ def _lines(title: str, pods: list[PodOutcome]) -> list[str]:
 
 
 def render(result: DrainResult) -> str:
-    if result.outcome == "dry-run":
+    if result.outcome is DrainOutcome.DRY_RUN:
         lines = [f"node {result.node}: dry run, nothing changed"]
         lines += _lines("would evict", result.evicted)
     else:
