@@ -14,6 +14,7 @@ from nodeagent.drain.engine import Drain, DrainOptions, DrainOutcome, DrainResul
 from nodeagent.drain.summary import render
 from nodeagent.fence.marker import BOOT_ID, CORDONED_BY, DRAIN_REASON, DRAIN_STARTED_AT
 from nodeagent.kube.client import Kube, node_path, pods_path
+from nodeagent.report import metrics
 from nodeagent.report.events import EventRecorder
 from tests import kubeutil as ku
 
@@ -182,6 +183,29 @@ def test_a_blocked_pod_carries_its_pdb_as_data(pair: Pair) -> None:
     assert all(p.detail.startswith(f"PDB {pdb}: ") for p in result.blocked), result.blocked
     assert result.blocking_pdbs == [pdb]
     assert f"  blocking PodDisruptionBudgets: {pdb}\n" in render(result) + "\n"
+
+
+def evictions(result: str) -> float:
+    return metrics.REGISTRY.get_sample_value("nodeagent_evictions_total", {"result": result}) or 0
+
+
+def test_evictions_are_counted(pair: Pair) -> None:
+    """nodeagent_evictions_total{result}: each accepted eviction, and each pod's first
+    refusal in a drain."""
+    kube = pair.kube
+    ku.deployment(kube, pair.ns, "web", pair.group, 3)
+    ku.deployment(kube, pair.ns, "quorum", pair.group, 1)
+    ku.pdb(kube, pair.ns, "quorum-pdb", {"app": "quorum"}, minAvailable=1)
+    ku.wait_running(kube, pair.a, 4)
+    ku.wait_pdb_ready(kube, pair.ns, "quorum-pdb")
+    pair.open_b()
+    accepted, blocked = evictions("accepted"), evictions("blocked")
+
+    result = pair.drain(deadline=4)
+
+    assert (len(result.evicted), len(result.blocked)) == (3, 1), result
+    assert evictions("accepted") - accepted == 3
+    assert evictions("blocked") - blocked == 1
 
 
 def test_blocking_pdbs_come_from_the_outcomes_not_their_words() -> None:

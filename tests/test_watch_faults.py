@@ -190,6 +190,7 @@ def test_idle_footprint(faulty: Faulty, agents: list[AgentProcess]) -> None:
     time.sleep(window)
     cpu = sum(proc.cpu_times()[:2]) - cpu_before
     rss_mb = proc.memory_info().rss / 2**20
+    threads = proc.num_threads()
 
     user = f"system:nodeagent:{node}"
     mine = [e for e in audit_entries(faulty.audit_log, offset) if e["user"]["username"] == user]
@@ -201,7 +202,8 @@ def test_idle_footprint(faulty: Faulty, agents: list[AgentProcess]) -> None:
         }
     )
     print(
-        f"\nidle {window}s: RSS {rss_mb:.1f} MB, CPU {cpu:.2f}s ({100 * cpu / window:.1f}%), "
+        f"\nidle {window}s: RSS {rss_mb:.1f} MB, {threads} threads, "
+        f"CPU {cpu:.2f}s ({100 * cpu / window:.1f}%), "
         f"{len(others)} non-watch requests ({', '.join(kinds)}), "
         f"{len(mine) - len(others)} watch requests ended"
     )

@@ -31,6 +31,7 @@ from nodeagent.fence import marker as fence
 from nodeagent.kube import identity
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, Unreachable, api_time, pods_path
 from nodeagent.kube.watch import Reflector
+from nodeagent.report import metrics
 from nodeagent.report.events import WARNING, EventRecorder
 
 log = logging.getLogger(__name__)
@@ -466,6 +467,7 @@ class Drain:
                 ev.accepted = True
                 ev.outcome.evicted_at = time.monotonic()
                 ev.outcome.note("")
+                metrics.EVICTIONS.labels("accepted").inc()
                 self._pod_event(ev, "Evicted", f"Evicted by nodeagent ({self.opts.reason})")
                 return
             except ApiError as exc:
@@ -533,6 +535,7 @@ class Drain:
         ev.accepted = True
         ev.outcome.evicted_at = time.monotonic()
         ev.outcome.note("")
+        metrics.EVICTIONS.labels("granted").inc()  # a grant an earlier drain left, finished
         when = datetime.fromtimestamp(grant.at, UTC).strftime("%H:%M:%SZ")
         message = f"Finished the eviction granted at {when} ({grant.source}) but never carried out"
         self.progress(f"{ev.outcome.ref}: {message[0].lower()}{message[1:]}")
@@ -550,6 +553,7 @@ class Drain:
         ev.outcome.note(detail, pdbs)
         if not ev.reported_block:
             ev.reported_block = True
+            metrics.EVICTIONS.labels("blocked").inc()  # once per pod and drain
             self.progress(f"{ev.outcome.ref}: eviction blocked: {detail}")
             self._pod_event(ev, "EvictionBlocked", detail, WARNING)
 
@@ -609,6 +613,7 @@ class Drain:
             if finalizers:  # the delete cannot remove the object: it is still left
                 continue
             self.result.forced.append(ev.outcome)
+            metrics.EVICTIONS.labels("forced").inc()
             self._pod_event(
                 ev,
                 "EvictionBlocked",

@@ -1,25 +1,31 @@
 """Kubernetes Events on the Node and its pods.
 
-Events are best effort: they are sent from a small background pool so a slow or
-failing events endpoint never holds up a drain, and `flush` bounds how long the
-caller waits for them at the end.
+Events are best effort: a few background threads send them so a slow or failing
+events endpoint never holds up a drain, and `flush` bounds how long the caller waits
+for them at the end. While the API server is down the backlog is bounded: past
+`max_pending` unsent events the oldest is dropped (and counted), so the agent's
+memory does not grow with the length of an outage.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import threading
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from collections import deque
 from dataclasses import dataclass, field
 
 from nodeagent.kube.client import JSON, Kube, KubeError, api_stamp
+from nodeagent.report import metrics
 
 log = logging.getLogger(__name__)
 
 COMPONENT = "nodeagent"
 NORMAL = "Normal"
 WARNING = "Warning"
+MAX_PENDING = 256  # a drain of a full node is a few events per pod
+WORKERS = 4
 
 
 @dataclass
@@ -29,10 +35,13 @@ class EventRecorder:
     kube: Kube
     node_name: str
     enabled: bool = True
-    _pool: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(max_workers=4, thread_name_prefix="events")
-    )
-    _pending: list[Future[None]] = field(default_factory=list)
+    max_pending: int = MAX_PENDING
+    workers: int = WORKERS
+    _queue: deque[tuple[str, JSON]] = field(default_factory=deque)
+    _changed: threading.Condition = field(default_factory=threading.Condition)
+    _threads: int = 0  # started on demand, like a thread pool's, and kept
+    _idle: int = 0
+    _busy: int = 0
 
     def node(self, node: JSON, reason: str, message: str, kind: str = NORMAL) -> None:
         meta = node["metadata"]
@@ -50,9 +59,16 @@ class EventRecorder:
         }
         self._emit(meta["namespace"], ref, reason, message, kind)
 
+    @property
+    def pending(self) -> int:
+        """Events queued, not yet being sent."""
+        with self._changed:
+            return len(self._queue)
+
     def flush(self, timeout: float = 2.0) -> None:
-        wait(self._pending, timeout=timeout)
-        self._pending = [f for f in self._pending if not f.done()]
+        """Wait up to `timeout` for every queued event to be sent (or to fail)."""
+        with self._changed:
+            self._changed.wait_for(lambda: not self._queue and not self._busy, timeout)
 
     def _emit(self, namespace: str, ref: JSON, reason: str, message: str, kind: str) -> None:
         if not self.enabled:
@@ -76,10 +92,41 @@ class EventRecorder:
             "lastTimestamp": now,
             "count": 1,
         }
-        self._pending.append(self._pool.submit(self._post, namespace, event))
+        self._enqueue(namespace, event)
+
+    def _enqueue(self, namespace: str, event: JSON) -> None:
+        with self._changed:
+            if len(self._queue) >= self.max_pending:
+                dropped = self._queue.popleft()[1]
+                metrics.EVENTS_DROPPED.inc()
+                log.debug("event %s dropped: too many unsent", dropped["reason"])
+            self._queue.append((namespace, event))
+            start = self._idle == 0 and self._threads < self.workers
+            if start:
+                self._threads += 1
+            self._changed.notify()
+        if start:
+            threading.Thread(target=self._work, name="events", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            with self._changed:
+                self._idle += 1
+                self._changed.wait_for(lambda: bool(self._queue))
+                self._idle -= 1
+                self._busy += 1
+                namespace, event = self._queue.popleft()
+            try:
+                self._post(namespace, event)
+            finally:
+                with self._changed:
+                    self._busy -= 1
+                    self._changed.notify_all()
 
     def _post(self, namespace: str, event: JSON) -> None:
         try:
             self.kube.post(f"/api/v1/namespaces/{namespace}/events", event)
         except KubeError as exc:
             log.debug("event %s not recorded: %s", event["reason"], exc)
+        except Exception:  # a sender must never die: the queue would stall
+            log.exception("event %s not recorded", event["reason"])

@@ -23,7 +23,14 @@ DRAIN_SECONDS = Histogram(
     buckets=(1, 2, 5, 10, 20, 30, 60, 90, 120, 300),
     registry=REGISTRY,
 )
+# result: accepted (the API server took the eviction), blocked (a pod's first refusal in
+# a drain), forced (deleted after the deadline), granted (an earlier grant finished).
 EVICTIONS = Counter("nodeagent_evictions", "Eviction outcomes", ["result"], registry=REGISTRY)
+EVENTS_DROPPED = Counter(
+    "nodeagent_events_dropped",
+    "Kubernetes Events dropped unsent: too many were waiting (the API server down or slow)",
+    registry=REGISTRY,
+)
 LOOP_LAST_SUCCESS = Gauge(
     "nodeagent_loop_last_success_timestamp_seconds",
     "Last time each long-running loop made progress",
