@@ -14,6 +14,7 @@ only, so the bench also prints what each drain asked of the API, per evicted pod
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -128,7 +129,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--pods-per-node", type=int, default=25, help="fleet: pods per node (default 25)"
     )
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="keep the audit log, the cluster's logs and every drain's output in DIR",
+    )
     args = parser.parse_args(argv)
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
     if args.nodes < 1 or args.pods_per_node < 1:
         parser.error("--nodes and --pods-per-node must be at least 1")
     return args
@@ -149,7 +158,7 @@ def main() -> None:
         cluster = Cluster.start(workdir, apiserver_extra_args=audit.apiserver_args(workdir))
         try:
             kube = Kube.from_kubeconfig(str(cluster.kubeconfig))
-            ids = Identities(cluster, workdir / "identities")
+            ids = Identities(cluster, workdir / "identities", args.keep)
             for scenario in scenarios:
                 drains = run_scenario(cluster, kube, ids, scenario, drainers)
                 report.scenario(
@@ -164,6 +173,9 @@ def main() -> None:
                 print(report.load_line("after fleet"), flush=True)
         finally:
             cluster.stop()
+            if args.keep:
+                shutil.copyfile(audit.log_path(workdir), args.keep / "audit.log")
+                shutil.copytree(workdir / "logs", args.keep / "cluster-logs", dirs_exist_ok=True)
 
 
 if __name__ == "__main__":

@@ -26,21 +26,24 @@ class Drainer(Enum):
 class Identity:
     user: str
     kubeconfig: Path
+    output: Path | None  # where to keep the drain's stdout and stderr
 
 
 class Identities:
     """A client certificate per drain (admin rights, audited group), so the audit log
     tells one drain's requests from every other's by user name alone."""
 
-    def __init__(self, cluster: Cluster, directory: Path) -> None:
+    def __init__(self, cluster: Cluster, directory: Path, keep: Path | None = None) -> None:
         self.cluster = cluster
         self.directory = directory
+        self.keep = keep  # where each drain's output goes, if anywhere
 
     def mint(self, drainer: Drainer, node: str) -> Identity:
         user = f"bench:{drainer.value}:{node}"
         path = self.directory / f"{drainer.value}-{node}.kubeconfig"
         self.cluster.mint_kubeconfig(user, ["system:masters", DRAINERS], path)
-        return Identity(user, path)
+        output = self.keep / f"{drainer.value}-{node}.log" if self.keep else None
+        return Identity(user, path, output)
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,8 @@ def run_drain(drainer: Drainer, node: str, who: Identity, kubectl: Path) -> Drai
     started = time.time()
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=DEADLINE + 60)
     ended = time.time()
+    if who.output:
+        who.output.write_text(f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
     if proc.returncode != 0:
         raise SystemExit(f"{drainer.value} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}")
     return Drain(drainer, node, who.user, started, ended)

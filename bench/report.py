@@ -40,22 +40,26 @@ def scenario(name: str, drains: list[Drain], evicted: int, log: Path, out: Out) 
         f"overhead = nodeagent - floor {_seconds(overhead)}"
     )
     requests = audit.by_user(audit.read(log))
-    _phases(drains, requests, out)
+    _phases([(d.drainer.value, d) for d in drains], requests, out)
     _cost(drains, requests, evicted, out)
 
 
-def _phases(drains: list[Drain], requests: dict[str, list[audit.Request]], out: Out) -> None:
+def _phases(
+    rows: list[tuple[str, Drain]], requests: dict[str, list[audit.Request]], out: Out
+) -> None:
+    """Each drain's time from its process start to its first request, its first eviction,
+    its last eviction, its last request and its exit (request times from the audit log)."""
     out(
-        f"  {'phases (s)':12} {'to 1st req':>10} {'to 1st evict':>12} {'evicting':>9} "
+        f"  {'phases (s)':18} {'to 1st req':>10} {'to 1st evict':>12} {'evicting':>9} "
         f"{'to last req':>11} {'to exit':>8}"
     )
-    for d in drains:
+    for label, d in rows:
         p = audit.phases(requests.get(d.user, []), d.started, d.ended)
         if p is None:
-            out(f"  {d.drainer.value:12} (no eviction in the audit log)")
+            out(f"  {label:18} (no eviction in the audit log)")
             continue
         out(
-            f"  {d.drainer.value:12} {p.to_first_request:10.2f} {p.to_first_eviction:12.2f} "
+            f"  {label:18} {p.to_first_request:10.2f} {p.to_first_eviction:12.2f} "
             f"{p.evicting:9.2f} {p.to_last_request:11.2f} {p.to_exit:8.2f}"
         )
 
@@ -94,6 +98,14 @@ def fleet(shape: Shape, runs: list[FleetRun], log: Path, out: Out) -> None:
             f"429 answers {sum(s.throttled for s in sums)}, "
             f"writes beyond eviction {sum(s.other_writes for s in sums)}"
         )
+    ends = []
+    for r in runs:
+        ranked = sorted(r.drains, key=lambda d: d.seconds)
+        ends += [
+            (f"{r.drainer.value} fastest", ranked[0]),
+            (f"{r.drainer.value} slowest", ranked[-1]),
+        ]
+    _phases(ends, requests, out)
     agent, floor = slowest.get(Drainer.NODEAGENT), slowest.get(Drainer.FLOOR)
     if agent is not None and floor is not None:
         out(f"  slowest nodeagent / slowest floor = {agent / floor:.2f} (goal <= 1.2)")
