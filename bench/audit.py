@@ -53,7 +53,10 @@ def _stamp(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 
 
-def _resource(ref: dict[str, Any]) -> str:
+def _resource(event: dict[str, Any]) -> str:
+    ref = event.get("objectRef")
+    if not ref:  # discovery and other non-resource paths
+        return str(event.get("requestURI", "?")).split("?")[0]
     name = str(ref.get("resource", "?"))
     if ref.get("apiGroup"):
         name += f".{ref['apiGroup']}"
@@ -73,7 +76,7 @@ def read(path: Path) -> list[Request]:
             seen[event["auditID"]] = Request(
                 user=event["user"]["username"],
                 verb=event["verb"],
-                resource=_resource(event.get("objectRef") or {}),
+                resource=_resource(event),
                 code=int((event.get("responseStatus") or {}).get("code") or 0),
                 received=_stamp(event["requestReceivedTimestamp"]),
             )

@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import audit, fleet, report, workload
-from bench.drainers import Drain, Drainer, Identities, run_drain
+from bench.drainers import Drain, Drainer, Identities, run_drain, turn
 from bench.workload import SETTLE_TIMEOUT
 from hack.localcluster.cluster import Cluster
 from nodeagent.kube.client import Kube
@@ -92,10 +92,15 @@ def prepare(cluster: Cluster, kube: Kube, scenario: Scenario) -> Loaded:
 
 
 def run_scenario(
-    cluster: Cluster, kube: Kube, ids: Identities, scenario: Scenario, drainers: list[Drainer]
+    cluster: Cluster,
+    kube: Kube,
+    ids: Identities,
+    scenario: Scenario,
+    drainers: list[Drainer],
+    rounds: int,
 ) -> list[Drain]:
     drains = []
-    for drainer in drainers:
+    for drainer in [d for r in range(rounds) for d in turn(drainers, r)]:
         loaded = prepare(cluster, kube, scenario)
         ku.open_node(kube, loaded.spare)
         who = ids.mint(drainer, loaded.node)
@@ -124,6 +129,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--skip-kubectl", action="store_true", help="leave kubectl out (it is the slow one)"
     )
     parser.add_argument(
+        "--floor-events",
+        action="store_true",
+        help="add the floor with one Event per evicted pod (prices nodeagent's Events)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="drains per drainer and scenario, medians reported (kubectl runs once)",
+    )
+    parser.add_argument(
         "--nodes", type=int, default=10, help="fleet: nodes drained at once (default 10)"
     )
     parser.add_argument(
@@ -138,15 +154,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
-    if args.nodes < 1 or args.pods_per_node < 1:
-        parser.error("--nodes and --pods-per-node must be at least 1")
+    if min(args.nodes, args.pods_per_node, args.rounds) < 1:
+        parser.error("--nodes, --pods-per-node and --rounds must be at least 1")
     return args
 
 
 def main() -> None:
     args = parse_args()
     wanted = set(args.only or [s.key for s in SCENARIOS] + ["fleet", "startup"])
-    drainers = [d for d in Drainer if not (args.skip_kubectl and d is Drainer.KUBECTL)]
+    drainers = [Drainer.FLOOR, Drainer.NODEAGENT]
+    drainers += [Drainer.FLOOR_EVENTS] if args.floor_events else []
+    drainers += [] if args.skip_kubectl else [Drainer.KUBECTL]
     print(report.load_line("start"), flush=True)
     if "startup" in wanted:
         report.startup(print)
@@ -160,17 +178,21 @@ def main() -> None:
             kube = Kube.from_kubeconfig(str(cluster.kubeconfig))
             ids = Identities(cluster, workdir / "identities", args.keep)
             for scenario in scenarios:
-                drains = run_scenario(cluster, kube, ids, scenario, drainers)
+                drains = run_scenario(cluster, kube, ids, scenario, drainers, args.rounds)
                 report.scenario(
                     scenario.name, drains, scenario.replicas, audit.log_path(workdir), print
                 )
                 print(report.load_line("after " + scenario.key), flush=True)
             if "fleet" in wanted:
                 shape = fleet.Shape(args.nodes, args.pods_per_node)
-                runs = [fleet.run(cluster, kube, ids, shape, d) for d in fleet.DRAINERS]
+                together = [d for d in drainers if d is not Drainer.KUBECTL]
+                order = [d for r in range(args.rounds) for d in turn(together, r)]
+                runs = [fleet.run(cluster, kube, ids, shape, d) for d in order]
                 time.sleep(1.0)  # the last watches' audit entries
                 report.fleet(shape, runs, audit.log_path(workdir), print)
                 print(report.load_line("after fleet"), flush=True)
+            closed = workload.terminated_watchers(cluster)
+            print(f"\nwatches the API server closed on slow clients, whole run: {closed or 0}")
         finally:
             cluster.stop()
             if args.keep:

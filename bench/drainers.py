@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -18,8 +19,18 @@ DEADLINE = 300
 
 class Drainer(Enum):
     FLOOR = "floor"
+    FLOOR_EVENTS = "floor+events"  # the floor plus one Event per evicted pod
     NODEAGENT = "nodeagent"
     KUBECTL = "kubectl"
+
+
+def turn(drainers: Sequence[Drainer], round_no: int) -> list[Drainer]:
+    """The order of one round: each round starts with the next drainer, so that none always
+    runs first on a shared machine; kubectl, the slow reference, runs last and only once."""
+    quick = [d for d in drainers if d is not Drainer.KUBECTL]
+    k = round_no % len(quick)
+    slow = [Drainer.KUBECTL] if round_no == 0 and Drainer.KUBECTL in drainers else []
+    return quick[k:] + quick[:k] + slow
 
 
 @dataclass(frozen=True)
@@ -39,10 +50,11 @@ class Identities:
         self.keep = keep  # where each drain's output goes, if anywhere
 
     def mint(self, drainer: Drainer, node: str) -> Identity:
-        user = f"bench:{drainer.value}:{node}"
-        path = self.directory / f"{drainer.value}-{node}.kubeconfig"
+        stem = drainer.value.replace("+", "-")  # openssl's -subj reads "+" as an RDN separator
+        user = f"bench:{stem}:{node}"
+        path = self.directory / f"{stem}-{node}.kubeconfig"
         self.cluster.mint_kubeconfig(user, ["system:masters", DRAINERS], path)
-        output = self.keep / f"{drainer.value}-{node}.log" if self.keep else None
+        output = self.keep / f"{stem}-{node}.log" if self.keep else None
         return Identity(user, path, output)
 
 
@@ -63,8 +75,9 @@ class Drain:
 
 def command(drainer: Drainer, node: str, kubeconfig: Path, kubectl: Path) -> list[str]:
     kc = str(kubeconfig)
-    if drainer is Drainer.FLOOR:
-        return [sys.executable, "-m", "bench.floor", "--node", node, "--kubeconfig", kc]
+    if drainer in (Drainer.FLOOR, Drainer.FLOOR_EVENTS):
+        events = ["--events"] if drainer is Drainer.FLOOR_EVENTS else []
+        return [sys.executable, "-m", "bench.floor", "--node", node, "--kubeconfig", kc, *events]
     if drainer is Drainer.NODEAGENT:
         return [
             *(sys.executable, "-m", "nodeagent", "drain", "--node", node),

@@ -13,7 +13,6 @@ from hack.localcluster.cluster import Cluster
 from nodeagent.kube.client import Kube, node_path
 from tests import kubeutil as ku
 
-DRAINERS = (Drainer.NODEAGENT, Drainer.FLOOR)
 SPARE_PODS = 200  # replacements per spare node (capacity 250, kept clear of the limit)
 
 

@@ -6,7 +6,11 @@ is deleted or finished. No policy, no Events, no reporting; a 429 is retried aft
 Retry-After (or 0.25 s, the PDB case). Raw HTTPS on the standard library, one connection
 per thread, credentials from the same kubeconfig nodeagent gets.
 
-    python -m bench.floor --node NODE --kubeconfig KUBECONFIG
+With --events it also records one core/v1 Event per evicted pod right after its eviction,
+on the evicting thread: the floor plus the per-pod Event nodeagent sends, to price that
+Event apart from the rest of nodeagent.
+
+    python -m bench.floor --node NODE --kubeconfig KUBECONFIG [--events]
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -81,7 +87,7 @@ def finished(pod: JSON) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
-def evict(api: Api, pod: JSON) -> None:
+def evict(api: Api, pod: JSON, record: bool) -> None:
     meta = pod["metadata"]
     path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/eviction"
     target = {"name": meta["name"], "namespace": meta["namespace"]}
@@ -89,30 +95,56 @@ def evict(api: Api, pod: JSON) -> None:
     while True:
         status, headers, reply = api.call("POST", path, body)
         if status < 300 or status == 404:
+            if record and status < 300:
+                event(api, pod)
             return
         if status != 429:
             raise RuntimeError(f"evicting {meta['name']}: HTTP {status} {reply.get('message')}")
         time.sleep(float(headers.get("Retry-After") or 0) or PDB_RETRY)
 
 
+def event(api: Api, pod: JSON) -> None:
+    meta = pod["metadata"]
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ref = {"kind": "Pod", "apiVersion": "v1", "uid": meta["uid"]}
+    body = {
+        "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}"},
+        "involvedObject": {**ref, "name": meta["name"], "namespace": meta["namespace"]},
+        "reason": "Evicted",
+        "message": "Evicted by the floor drain",
+        "type": "Normal",
+        "source": {"component": "floor"},
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    api.call("POST", f"/api/v1/namespaces/{meta['namespace']}/events", body)
+
+
 def wait_gone(api: Api, selector: str, rv: str, pending: set[str]) -> None:
-    """Read the watch until no UID of `pending` is left running on the node."""
-    if not pending:
-        return
+    """Read the watch until no UID of `pending` is left running on the node. The API server
+    may end a watch early (it drops watchers that fall behind): watch again from the last
+    resourceVersion seen, as any watcher must."""
     conn = api.connect()
-    conn.request("GET", f"/api/v1/pods?{selector}&watch=1&timeoutSeconds=600&resourceVersion={rv}")
-    resp = conn.getresponse()
-    for line in resp:
-        event = json.loads(line)
-        pod = event["object"]
-        if event["type"] == "DELETED" or finished(pod):
-            pending.discard(pod["metadata"]["uid"])
-        if not pending:
-            return
-    raise RuntimeError(f"the watch ended with {len(pending)} pods left")
+    while pending:
+        query = f"{selector}&watch=1&timeoutSeconds=600&resourceVersion={rv}"
+        conn.request("GET", f"/api/v1/pods?{query}")
+        resp = conn.getresponse()
+        if resp.status != 200:
+            raise RuntimeError(f"watch: HTTP {resp.status} {resp.read()[:200]!r}")
+        for line in resp:
+            event = json.loads(line)
+            pod = event["object"]
+            if event["type"] == "ERROR":
+                raise RuntimeError(f"watch: {pod.get('message')}")
+            rv = pod["metadata"]["resourceVersion"]
+            if event["type"] == "DELETED" or finished(pod):
+                pending.discard(pod["metadata"]["uid"])
+            if not pending:
+                return
 
 
-def drain(kubeconfig: str, node: str) -> int:
+def drain(kubeconfig: str, node: str, record: bool = False) -> int:
     api = Api(kubeconfig)
     patch = {"spec": {"unschedulable": True}}
     status, _, _ = api.call("PATCH", f"/api/v1/nodes/{node}", patch, "application/merge-patch+json")
@@ -125,7 +157,7 @@ def drain(kubeconfig: str, node: str) -> int:
     rv = pods["metadata"]["resourceVersion"]
     with ThreadPoolExecutor(CONCURRENCY + 1) as pool:  # the watch, and 32 evictions
         waiter = pool.submit(wait_gone, api, selector, rv, pending)
-        list(pool.map(lambda p: evict(api, p), evicting))
+        list(pool.map(lambda p: evict(api, p, record), evicting))
         waiter.result()
     return len(evicting)
 
@@ -134,9 +166,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--node", required=True)
     parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--events", action="store_true", help="one Event per evicted pod")
     args = parser.parse_args()
     start = time.monotonic()
-    evicted = drain(args.kubeconfig, args.node)
+    evicted = drain(args.kubeconfig, args.node, args.events)
     print(f"floor: drained {evicted} pods from {args.node} in {time.monotonic() - start:.2f}s")
     sys.exit(0)
 

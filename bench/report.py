@@ -28,20 +28,47 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}s"
 
 
+def _by_drainer(drains: list[Drain]) -> dict[Drainer, list[Drain]]:
+    out: dict[Drainer, list[Drain]] = {}
+    for d in drains:
+        out.setdefault(d.drainer, []).append(d)
+    return out
+
+
 def scenario(name: str, drains: list[Drain], evicted: int, log: Path, out: Out) -> None:
-    """Times (with the overhead over the floor), phases, and the API cost per evicted pod."""
-    took = {d.drainer: d.seconds for d in drains}
+    """Median times (with the overhead over the floor), each drain's phases, and the API
+    cost per evicted pod."""
+    runs = _by_drainer(drains)
+    took = {k: statistics.median(d.seconds for d in v) for k, v in runs.items()}
     floor, agent = took.get(Drainer.FLOOR), took.get(Drainer.NODEAGENT)
     overhead = agent - floor if floor is not None and agent is not None else None
-    out(f"\n{name}")
+    rounds = max(len(v) for v in runs.values())
+    out(f"\n{name}" + (f" (median of {rounds} rounds)" if rounds > 1 else ""))
     out(
         f"  floor {_seconds(floor)} / nodeagent {_seconds(agent)} / "
         f"kubectl {_seconds(took.get(Drainer.KUBECTL))} / "
         f"overhead = nodeagent - floor {_seconds(overhead)}"
     )
+    with_events = took.get(Drainer.FLOOR_EVENTS)
+    if with_events is not None and floor is not None:
+        out(
+            f"  floor+events {_seconds(with_events)}: one Event per pod costs the floor "
+            f"{_seconds(with_events - floor)}"
+        )
+    if rounds > 1:
+        each = "; ".join(
+            f"{k.value} " + " ".join(f"{d.seconds:.2f}" for d in v) for k, v in runs.items()
+        )
+        out(f"  each drain (s): {each}")
     requests = audit.by_user(audit.read(log))
-    _phases([(d.drainer.value, d) for d in drains], requests, out)
-    _cost(drains, requests, evicted, out)
+    ordered = [d for v in runs.values() for d in v]
+    _phases([(_label(d, runs), d) for d in ordered], requests, out)
+    _cost(runs, requests, evicted, out)
+
+
+def _label(d: Drain, runs: dict[Drainer, list[Drain]]) -> str:
+    mine = runs[d.drainer]
+    return d.drainer.value if len(mine) == 1 else f"{d.drainer.value} #{mine.index(d) + 1}"
 
 
 def _phases(
@@ -50,65 +77,78 @@ def _phases(
     """Each drain's time from its process start to its first request, its first eviction,
     its last eviction, its last request and its exit (request times from the audit log)."""
     out(
-        f"  {'phases (s)':18} {'to 1st req':>10} {'to 1st evict':>12} {'evicting':>9} "
+        f"  {'phases (s)':24} {'to 1st req':>10} {'to 1st evict':>12} {'evicting':>9} "
         f"{'to last req':>11} {'to exit':>8}"
     )
     for label, d in rows:
         p = audit.phases(requests.get(d.user, []), d.started, d.ended)
         if p is None:
-            out(f"  {label:18} (no eviction in the audit log)")
+            out(f"  {label:24} (no eviction in the audit log)")
             continue
         out(
-            f"  {label:18} {p.to_first_request:10.2f} {p.to_first_eviction:12.2f} "
+            f"  {label:24} {p.to_first_request:10.2f} {p.to_first_eviction:12.2f} "
             f"{p.evicting:9.2f} {p.to_last_request:11.2f} {p.to_exit:8.2f}"
         )
 
 
 def _cost(
-    drains: list[Drain], requests: dict[str, list[audit.Request]], evicted: int, out: Out
+    runs: dict[Drainer, list[Drain]],
+    requests: dict[str, list[audit.Request]],
+    evicted: int,
+    out: Out,
 ) -> None:
-    per = {d.drainer: audit.cost(requests.get(d.user, [])) for d in drains}
+    """Requests per evicted pod by verb and resource (mean over a drainer's drains), with the
+    count of one drain (the mean, rounded) in parentheses."""
+    mine = {k: [r for d in v for r in requests.get(d.user, [])] for k, v in runs.items()}
+    per = {k: audit.cost(v) for k, v in mine.items()}
     rows = sorted({key for counts in per.values() for key in counts})
-    header = "".join(f"{d.drainer.value:>12}" for d in drains)
-    out(f"  {'requests per evicted pod (' + str(evicted) + ')':44}{header}")
+    header = "".join(f"{k.value:>14}" for k in runs)
+    out(f"  {'requests per evicted pod (per drain)':44}{header}")
     for verb, resource in rows:
-        cells = "".join(f"{per[d.drainer][(verb, resource)] / evicted:12.2f}" for d in drains)
+        means = [per[k][(verb, resource)] / len(runs[k]) for k in runs]
+        cells = "".join(f"{f'{n / evicted:.2f} ({n:.0f})':>14}" for n in means)
         out(f"    {verb:8} {resource:32}{cells}")
-    sums = [audit.summarize(requests.get(d.user, [])) for d in drains]
-    out("  goal: at most 1 write per pod beyond the eviction, and no polling read")
+    sums = {k: audit.summarize(v) for k, v in mine.items()}
+    out(
+        f"  goal: at most 1 write per pod beyond the eviction, and no polling read ({evicted} pods)"
+    )
     lines = {
-        "writes beyond eviction, per pod": [f"{s.other_writes / evicted:.2f}" for s in sums],
-        "reads (get/list), whole drain": [str(s.reads) for s in sums],
-        "429 answers, whole drain": [str(s.throttled) for s in sums],
+        "writes beyond eviction, per pod": [
+            f"{sums[k].other_writes / len(runs[k]) / evicted:.2f}" for k in runs
+        ],
+        "reads (get/list), per drain": [f"{sums[k].reads / len(runs[k]):.0f}" for k in runs],
+        "429 answers, per drain": [f"{sums[k].throttled / len(runs[k]):.0f}" for k in runs],
     }
     for label, values in lines.items():
-        out(f"    {label:40}" + "".join(f"{value:>12}" for value in values))
+        out(f"    {label:40}" + "".join(f"{value:>14}" for value in values))
 
 
 def fleet(shape: Shape, runs: list[FleetRun], log: Path, out: Out) -> None:
+    """Each run's slowest, median and fastest drain, and the ratio of the medians (over
+    rounds) of the slowest nodeagent and the slowest floor drain."""
     out(f"\nfleet: {shape.nodes} nodes x {shape.pods_per_node} pods, drained at once")
-    slowest = {r.drainer: r.slowest for r in runs}
     requests = audit.by_user(audit.read(log))
-    for r in runs:
+    slowest: dict[Drainer, list[float]] = {}
+    ends = []
+    for r in sorted(runs, key=lambda r: list(Drainer).index(r.drainer)):
         times = sorted(d.seconds for d in r.drains)
+        slowest.setdefault(r.drainer, []).append(times[-1])
         sums = [audit.summarize(requests.get(d.user, [])) for d in r.drains]
+        name = f"{r.drainer.value} #{len(slowest[r.drainer])}"
         out(
-            f"  {r.drainer.value:10} slowest {times[-1]:.2f}s, median "
+            f"  {name:15} slowest {times[-1]:.2f}s, median "
             f"{statistics.median(times):.2f}s, fastest {times[0]:.2f}s; "
             f"429 answers {sum(s.throttled for s in sums)}, "
             f"writes beyond eviction {sum(s.other_writes for s in sums)}"
         )
-    ends = []
-    for r in runs:
         ranked = sorted(r.drains, key=lambda d: d.seconds)
-        ends += [
-            (f"{r.drainer.value} fastest", ranked[0]),
-            (f"{r.drainer.value} slowest", ranked[-1]),
-        ]
+        ends += [(f"{name} fastest", ranked[0]), (f"{name} slowest", ranked[-1])]
     _phases(ends, requests, out)
     agent, floor = slowest.get(Drainer.NODEAGENT), slowest.get(Drainer.FLOOR)
-    if agent is not None and floor is not None:
-        out(f"  slowest nodeagent / slowest floor = {agent / floor:.2f} (goal <= 1.2)")
+    if agent and floor:
+        ratio = statistics.median(agent) / statistics.median(floor)
+        what = "median over rounds of " if len(agent) > 1 else ""
+        out(f"  {what}slowest nodeagent / slowest floor = {ratio:.2f} (goal <= 1.2)")
 
 
 def startup(out: Out) -> None:
