@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import itertools
 import re
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from nodeagent.context import Context
 from nodeagent.drain.engine import Drain, DrainOptions, DrainOutcome, DrainResult, PodOutcome
 from nodeagent.drain.summary import render
 from nodeagent.fence.marker import BOOT_ID, CORDONED_BY, DRAIN_REASON, DRAIN_STARTED_AT
@@ -206,6 +208,32 @@ def test_evictions_are_counted(pair: Pair) -> None:
     assert (len(result.evicted), len(result.blocked)) == (3, 1), result
     assert evictions("accepted") - accepted == 3
     assert evictions("blocked") - blocked == 1
+
+
+def test_a_drain_ends_with_its_context(pair: Pair) -> None:
+    """The context's deadline bounds the drain when it comes before the options'; a
+    cancelled context stops the drain where it waits (here for a PDB to change)."""
+    kube = pair.kube
+    ku.deployment(kube, pair.ns, "quorum", pair.group, 1)
+    ku.pdb(kube, pair.ns, "quorum-pdb", {"app": "quorum"}, minAvailable=1)
+    ku.wait_running(kube, pair.a, 1)
+    ku.wait_pdb_ready(kube, pair.ns, "quorum-pdb")
+    options = DrainOptions(deadline=120)
+
+    timed = Drain(kube, pair.a, options).run(Context.background().with_timeout(3))
+    assert timed.outcome is DrainOutcome.TIMED_OUT and timed.seconds < 30, timed
+
+    ctx = Context.background()
+    blocked = threading.Event()
+    drain = Drain(kube, pair.a, options, progress=lambda m: "blocked" in m and blocked.set())
+    results: list[DrainResult] = []
+    worker = threading.Thread(target=lambda: results.append(drain.run(ctx.with_timeout(120))))
+    worker.start()
+    assert blocked.wait(30), "the PDB never refused the eviction"
+    ctx.cancel()
+    worker.join(30)
+    assert results and results[0].outcome is DrainOutcome.CANCELLED, results
+    assert len(ku.running(ku.pods_on(kube, pair.a))) == 1
 
 
 def test_blocking_pdbs_come_from_the_outcomes_not_their_words() -> None:

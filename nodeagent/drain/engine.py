@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum, IntEnum, StrEnum
 
+from nodeagent.context import Context
 from nodeagent.drain import grants, podfilter
 from nodeagent.fence import marker as fence
 from nodeagent.kube import identity
@@ -207,7 +208,12 @@ def is_multiple_pdbs(exc: ApiError) -> bool:
 
 
 class Drain:
-    """Drain one node. Construct, then `run()` once; `cancel()` from another thread."""
+    """Drain one node. Construct, then `run(ctx)` once.
+
+    The context bounds the drain (its deadline, if earlier than the options') and
+    cancels it: what is already evicted stays evicted, nothing new starts. `cancel()`
+    does the same for callers that hand it no context of their own.
+    """
 
     def __init__(
         self,
@@ -223,8 +229,11 @@ class Drain:
         self.events = events
         self.progress = progress
         self.result = DrainResult(node_name)
-        self._stop = threading.Event()
-        self._cancelled = threading.Event()
+        self._cancel = Context()  # cancel(): reaches the run's context, even before it
+        # Set by run(): the drain's context (cancelled = called off) and its child for
+        # the work, also cancelled when the drain is over or failed.
+        self._ctx = Context()
+        self._work = self._ctx
         self._fatal: KubeError | None = None
         self._pods = Reflector(kube, "/api/v1/pods", field_selector=f"spec.nodeName={node_name}")
         self._pdbs: Reflector | None = None
@@ -236,27 +245,39 @@ class Drain:
 
     # -- public ---------------------------------------------------------------
 
-    def run(self) -> DrainResult:
+    def run(self, ctx: Context | None = None) -> DrainResult:
         self._start = time.monotonic()
-        self._deadline = self._start + self.opts.deadline
-        self.kube = self.kube.bounded(self._deadline + self.opts.finish_grace)
-        self._pods.kube = self.kube
-        node = fence.get_node(self.kube, self.node_name)
-        try:
-            return self._run(node)
-        finally:
-            self._stop.set()
-            self._pods.stop()
-            if self._pdbs:
-                self._pdbs.stop()
-            self.result.seconds = time.monotonic() - self._start
+        with (ctx or Context.background()).with_timeout(self.opts.deadline) as self._ctx:
+            self._cancel.on_cancel(self._ctx.cancel)
+            self._work = self._ctx.child()
+            self._work.on_cancel(self._wake)
+            self._deadline = self._ctx.deadline
+            self.kube = self.kube.bounded(self._deadline + self.opts.finish_grace)
+            self._pods.kube = self.kube
+            try:
+                node = fence.get_node(self.kube, self.node_name)
+                return self._run(node)
+            finally:
+                self._work.cancel()
+                self._pods.stop()
+                if self._pdbs:
+                    self._pdbs.stop()
+                self.result.seconds = time.monotonic() - self._start
 
     def cancel(self) -> None:
         """Stop promptly: no new evictions; what is already evicted stays evicted."""
-        self._cancelled.set()
-        self._stop.set()
-        with self._pods.changed:
-            self._pods.changed.notify_all()
+        self._cancel.cancel()
+
+    @property
+    def _cancelled(self) -> bool:
+        return self._ctx.cancelled
+
+    def _wake(self) -> None:
+        """Whatever waits on a watch re-checks: the work is over."""
+        for watch in (self._pods, self._pdbs):
+            if watch is not None:
+                with watch.changed:
+                    watch.changed.notify_all()
 
     # -- phases ---------------------------------------------------------------
 
@@ -267,7 +288,7 @@ class Drain:
             self.result.outcome = DrainOutcome.DRY_RUN
             self.result.evicted = [_outcome(p) for p in evict]
             return self.result
-        if self._cancelled.is_set():
+        if self._cancelled:
             self.result.outcome = DrainOutcome.CANCELLED
             return self.result
         self._fence(node)
@@ -282,9 +303,9 @@ class Drain:
         self._pods.on_restart = lambda why: log.info("pod watch restarted: %s", why)
         self._pods.start()
         self._pods.wait_for(
-            lambda: self._pods.synced.is_set() or self._stop.is_set(), self._deadline
+            lambda: self._pods.synced.is_set() or self._work.cancelled, self._deadline
         )
-        if not self._pods.synced.is_set() and not self._cancelled.is_set():
+        if not self._pods.synced.is_set() and not self._cancelled:
             # No failure recorded means the list was still in flight at the deadline.
             why = self._pods.stats.last_error or (
                 f"no answer within the drain deadline ({self.opts.deadline:g}s)"
@@ -321,7 +342,8 @@ class Drain:
 
     def _evict_tiers(self, pods: list[JSON]) -> list[_Eviction]:
         tiers = podfilter.tiers(pods)
-        reserve_until = self._deadline - self.opts.deadline * self.opts.critical_reserve
+        budget = self._deadline - self._start  # the options' deadline, or the context's
+        reserve_until = self._deadline - budget * self.opts.critical_reserve
         has_critical = any(podfilter.is_critical(p) for p in pods)
         evictions: list[_Eviction] = []
         with ThreadPoolExecutor(
@@ -332,10 +354,10 @@ class Drain:
                 tier_until = self._deadline if critical or not has_critical else reserve_until
                 batch = self._run_tier(pool, tier, tier_until)
                 evictions += batch
-                if self._stop.is_set():
+                if self._work.cancelled:
                     break
             self._wait_gone(evictions, self._deadline)
-            self._stop.set()  # workers still retrying give up now
+            self._work.cancel()  # workers still retrying give up now
         if self._fatal:
             raise self._fatal
         return evictions
@@ -364,7 +386,7 @@ class Drain:
         gone = [e for e in evictions if states[id(e)] is PodState.GONE]
         left = [e for e in evictions if states[id(e)] is not PodState.GONE]
         self.result.evicted = [e.outcome for e in gone]
-        if self._cancelled.is_set():
+        if self._cancelled:
             self.result.evicted += [e.outcome for e in left if e.accepted]
             self.result.outcome = DrainOutcome.CANCELLED
             return
@@ -423,7 +445,7 @@ class Drain:
 
     def _wait_gone(self, batch: list[_Eviction], until: float) -> None:
         def done() -> bool:
-            return self._stop.is_set() or all(self._gone(e) for e in batch)
+            return self._work.cancelled or all(self._gone(e) for e in batch)
 
         next_report = time.monotonic() + PROGRESS_EVERY
         while not done() and time.monotonic() < until:
@@ -450,16 +472,14 @@ class Drain:
             self._evict_until_accepted(ev)
         except KubeError as exc:
             self._fatal = exc
-            self._stop.set()
-            with self._pods.changed:
-                self._pods.changed.notify_all()
+            self._work.cancel()
         except Exception as exc:  # a worker must never die silently
             log.exception("eviction of %s failed", ev.outcome.ref)
             ev.outcome.note(f"internal error: {type(exc).__name__}: {exc}")
 
     def _evict_until_accepted(self, ev: _Eviction) -> None:
         backoff = PDB_BACKOFF_START
-        while not self._stop.is_set() and time.monotonic() < self._deadline:
+        while not self._work.cancelled and time.monotonic() < self._deadline:
             if ev.accepted or self._gone(ev) or self._finish_granted(ev):
                 return
             try:
@@ -558,7 +578,7 @@ class Drain:
             self._pod_event(ev, "EvictionBlocked", detail, WARNING)
 
     def _sleep(self, seconds: float) -> None:
-        self._stop.wait(max(0.0, min(seconds, self._deadline - time.monotonic())))
+        self._work.wait(max(0.0, seconds))
 
     def _wait_pdb_change(self, namespace: str, seconds: float) -> None:
         """Sleep up to `seconds`, waking at once when a PDB in `namespace` changes."""
@@ -568,7 +588,9 @@ class Drain:
             return
         seen = self._pdb_generation[namespace]
         until = min(time.monotonic() + seconds, self._deadline)
-        pdbs.wait_for(lambda: self._stop.is_set() or self._pdb_generation[namespace] != seen, until)
+        pdbs.wait_for(
+            lambda: self._work.cancelled or self._pdb_generation[namespace] != seen, until
+        )
 
     def _pdb_reflector(self) -> Reflector:
         # Started on the first PDB refusal only: drains that meet no PDB pay nothing.
