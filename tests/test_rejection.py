@@ -22,7 +22,7 @@ import pytest
 from hack.localcluster import REJECT, REJECT_MESSAGE
 from nodeagent.config import RejectionConfig
 from nodeagent.kube.client import JSON, ApiError, Kube, pods_path
-from nodeagent.kube.watch import Reflector
+from nodeagent.kube.watch import Reflector, node_pods
 from nodeagent.kube.workqueue import WorkQueue
 from nodeagent.rejection.controller import (
     POD_REJECTED,
@@ -735,3 +735,33 @@ def test_ten_rejections_at_once_are_all_wiped(env: Env) -> None:
     )
     assert len(seconds) == len(names)
     assert all(not (env.root / env.ns / name).exists() for name in names)
+
+
+def test_a_shared_pod_watch_hands_the_controller_what_it_already_holds(env: Env) -> None:
+    """Given the daemon's watch, already synced, the controller still sees the pods
+    rejected before it started (each handler gets a SYNC of the mirror when added) and
+    leaves the watch running for its other users."""
+    ku.bare_pod(env.kube, env.ns, "early", env.node)
+    ku.wait_running(env.kube, env.node, 1)
+    uid = reject_by_status(env.kube, env.ns, "early")["metadata"]["uid"]
+    shared = node_pods(env.kube, env.node).start()
+    try:
+        assert shared.wait_synced(10)
+        ku.wait_until(
+            lambda: any(p["metadata"]["uid"] == uid and rejection_of(p) for p in shared.snapshot()),
+            10,
+            "the rejection in the shared mirror",
+        )
+        events = EventRecorder(env.kube, env.node)
+        controller = RejectionController(env.kube, env.node, env.cfg, events, pods=shared)
+        stop = threading.Event()
+        thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
+        thread.start()
+        try:
+            wait_event(env.kube, env.ns, POD_REJECTED, uid)
+        finally:
+            stop.set()
+            thread.join(10)
+        assert not shared.stopped
+    finally:
+        shared.stop()

@@ -21,7 +21,13 @@ import psutil
 import pytest
 import yaml
 
+from nodeagent.config import LeftoversConfig, RejectionConfig
+from nodeagent.departure.leftovers import LeftoverCleaner
+from nodeagent.drain.engine import Drain, DrainOptions
 from nodeagent.kube.client import JSON, ApiError, Kube, node_path, pods_path
+from nodeagent.kube.watch import node_pods
+from nodeagent.rejection.controller import RejectionController
+from nodeagent.report.events import EventRecorder
 from tests import kubeutil as ku
 from tests.agentproc import AgentProcess
 from tests.tcpproxy import Proxy
@@ -280,3 +286,55 @@ def test_a_drain_keeps_its_deadline_when_the_api_server_blackholes(faulty: Fault
     print(f"\ndrain with a 4 s deadline + 3 s grace, server blackholed: {took:.1f}s")
     assert took < 4 + 3 + 1.5
     assert result[0].outcome == "timed-out"
+
+
+def pod_lists(faulty: Faulty, user: str, offset: int) -> int:
+    """Lists of pods by `user` since `offset`: each start of a pod watch makes one."""
+    entries = audit_entries(faulty.audit_log, offset)
+    return sum(
+        1
+        for e in entries
+        if e["user"]["username"] == user
+        and e["verb"] == "list"
+        and e["objectRef"].get("resource") == "pods"
+    )
+
+
+def test_one_pod_watch_serves_rejection_leftovers_and_drain(faulty: Faulty, tmp_path: Path) -> None:
+    """The daemon's form: the node's pods watched once, handed to the rejection
+    controller, the after-boot leftovers pass and a drain; a one-shot drain keeps its own."""
+    node = ku.unique("one")
+    faulty.cluster.add_node(node)
+    agent = Kube.from_kubeconfig(str(faulty.agent_kubeconfig(node, via_proxy=False)))
+    user = f"system:nodeagent:{node}"
+    ns = ku.namespace(faulty.kube, ku.unique("one"))
+    ku.bare_pod(faulty.kube, ns, "a", node)
+    ku.wait_running(faulty.kube, node, 1)
+    events = EventRecorder(agent, node)
+    offset = faulty.audit_log.stat().st_size
+
+    pods = node_pods(agent, node, watch_seconds=60)
+    cfg = RejectionConfig(journal_dir=str(tmp_path / "journal"))
+    rejection = RejectionController(agent, node, cfg, events, pods=pods)
+    stop = threading.Event()
+    thread = threading.Thread(target=rejection.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        assert pods.wait_synced(20), "the shared pod watch never synced"
+        cleaner = LeftoverCleaner(agent, node, LeftoversConfig(), events, time.time(), pods=pods)
+        assert cleaner.run() == []
+        result = Drain(agent, node, DrainOptions(deadline=30), events, pods=pods).run()
+        assert result.outcome == "drained" and [p.name for p in result.evicted] == ["a"]
+        assert not pods.stopped  # the drain let go of it; the controller still holds it
+    finally:
+        stop.set()
+        thread.join(10)
+    assert pods.stopped  # nobody holds it any more
+    ku.wait_until(lambda: pod_lists(faulty, user, offset), 10, "the audit log written")
+    time.sleep(1)
+    assert pod_lists(faulty, user, offset) == 1
+
+    own = Drain(agent, node, DrainOptions(deadline=30), events).run()  # `nodeagent drain`
+    assert own.outcome == "drained"
+    ku.wait_until(lambda: pod_lists(faulty, user, offset) == 2, 10, "the own watch's list")
+    events.flush()

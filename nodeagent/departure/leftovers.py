@@ -32,7 +32,17 @@ from urllib.parse import quote
 
 from nodeagent.config import LeftoversConfig
 from nodeagent.drain.podfilter import controller_of
-from nodeagent.kube.client import JSON, ApiError, Kube, api_stamp, api_time, pods_path
+from nodeagent.kube.client import (
+    JSON,
+    READ_TIMEOUT,
+    ApiError,
+    Kube,
+    KubeError,
+    api_stamp,
+    api_time,
+    pods_path,
+)
+from nodeagent.kube.watch import Reflector
 from nodeagent.report import metrics
 from nodeagent.report.events import EventRecorder
 
@@ -152,19 +162,21 @@ class LeftoverCleaner:
         events: EventRecorder,
         boot: float,
         beat: Callable[[], None] = lambda: None,
+        pods: Reflector | None = None,
     ) -> None:
+        """`pods`: a watch of this node's pods shared with others (the daemon's): while
+        it runs, the pass reads its mirror instead of listing."""
         self.kube = kube
         self.node_name = node_name
         self.cfg = cfg
         self.events = events
         self.boot = boot
         self.beat = beat
+        self.pods = pods
 
     def run(self) -> list[Cleaned]:
-        query = {"fieldSelector": f"spec.nodeName={self.node_name}"}
-        pods = self.kube.request("GET", "/api/v1/pods", query=query)["items"]
         out = []
-        for pod in pods:
+        for pod in self._pods():
             if killed_at(pod) is None:
                 continue
             self.beat()
@@ -175,6 +187,18 @@ class LeftoverCleaner:
             log.info("shutdown leftover %s: %s", ref, decided.value)
             out.append(Cleaned(ref, decided))
         return out
+
+    def _pods(self) -> list[JSON]:
+        if self.pods is None or self.pods.stopped:  # one list costs less than a watch
+            query = {"fieldSelector": f"spec.nodeName={self.node_name}"}
+            return list(self.kube.request("GET", "/api/v1/pods", query=query)["items"])
+        # A delete carries the pod's resourceVersion as judged: a mirror a moment behind
+        # the API server deletes nothing it should not.
+        with self.pods.hold():
+            if not self.pods.wait_synced(READ_TIMEOUT):
+                why = self.pods.stats.last_error or "no answer yet"
+                raise KubeError(f"the node's pod watch has not listed: {why}")
+            return self.pods.snapshot()
 
     def _replicaset(self, pod: JSON) -> JSON | None:
         owner = controller_of(pod)

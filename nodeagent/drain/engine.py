@@ -22,6 +22,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum, IntEnum, StrEnum
@@ -31,7 +32,7 @@ from nodeagent.drain import grants, podfilter
 from nodeagent.fence import marker as fence
 from nodeagent.kube import identity
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, Unreachable, api_time, pods_path
-from nodeagent.kube.watch import Reflector
+from nodeagent.kube.watch import Reflector, node_pods
 from nodeagent.report import metrics
 from nodeagent.report.events import WARNING, EventRecorder
 
@@ -222,7 +223,11 @@ class Drain:
         options: DrainOptions,
         events: EventRecorder | None = None,
         progress: Callable[[str], None] = lambda _msg: None,
+        *,
+        pods: Reflector | None = None,
     ) -> None:
+        """`pods`: a watch of this node's pods shared with others (the daemon's), held
+        running while the drain needs it; without it the drain keeps its own."""
         self.kube = kube
         self.node_name = node_name
         self.opts = options
@@ -235,7 +240,8 @@ class Drain:
         self._ctx = Context()
         self._work = self._ctx
         self._fatal: KubeError | None = None
-        self._pods = Reflector(kube, "/api/v1/pods", field_selector=f"spec.nodeName={node_name}")
+        self._owns_pods = pods is None
+        self._pods = pods if pods is not None else node_pods(kube, node_name)
         self._pdbs: Reflector | None = None
         self._pdb_generation: Counter[str] = Counter()
         self._pdbs_unreadable = threading.Event()  # 403 on PDBs: pace retries on backoff
@@ -253,13 +259,17 @@ class Drain:
             self._work.on_cancel(self._wake)
             self._deadline = self._ctx.deadline
             self.kube = self.kube.bounded(self._deadline + self.opts.finish_grace)
-            self._pods.kube = self.kube
+            if self._owns_pods:
+                self._pods.kube = self.kube
+                self._pods.on_restart = lambda why: log.info("pod watch restarted: %s", why)
+            # A dry run lists once; a drain follows the pods by watching them.
+            watching = nullcontext() if self.opts.dry_run else self._pods.hold()
             try:
                 node = fence.get_node(self.kube, self.node_name)
-                return self._run(node)
+                with watching:
+                    return self._run(node)
             finally:
                 self._work.cancel()
-                self._pods.stop()
                 if self._pdbs:
                     self._pdbs.stop()
                 self.result.seconds = time.monotonic() - self._start
@@ -300,8 +310,8 @@ class Drain:
         if self.opts.dry_run:
             query = {"fieldSelector": f"spec.nodeName={self.node_name}"}
             return list(self.kube.request("GET", "/api/v1/pods", query=query)["items"])
-        self._pods.on_restart = lambda why: log.info("pod watch restarted: %s", why)
-        self._pods.start()
+        # Evictions start only from a synced mirror: a pod is gone when the watch
+        # no longer sees its UID on the node, which means nothing before the first list.
         self._pods.wait_for(
             lambda: self._pods.synced.is_set() or self._work.cancelled, self._deadline
         )
@@ -450,10 +460,16 @@ class Drain:
         next_report = time.monotonic() + PROGRESS_EVERY
         while not done() and time.monotonic() < until:
             # Wake at least every few seconds: stuck-terminating is a matter of time.
-            self._pods.wait_for(done, min(until, next_report))
+            self._wait_watch(done, min(until, next_report))
             if time.monotonic() >= next_report and not done():
                 self._report_waiting(batch)
                 next_report = time.monotonic() + PROGRESS_EVERY
+
+    def _wait_watch(self, predicate: Callable[[], bool], until: float) -> None:
+        if self._pods.stopped:  # a shared watch stopped under the drain: nothing will change
+            self._work.wait(until - time.monotonic())
+            return
+        self._pods.wait_for(predicate, until)
 
     def _report_waiting(self, batch: list[_Eviction]) -> None:
         left = [e for e in batch if not self._gone(e)]

@@ -2,7 +2,9 @@
 
 It keeps an up-to-date copy of the watched objects keyed by UID, so callers decide
 from what the API says now (never from memory of what they asked for), and wakes
-waiters whenever anything changes.
+waiters whenever anything changes. One Reflector serves any number of consumers: each
+adds its change handler (and is handed what is already there), and any number of
+threads wait on `changed`; so the daemon keeps one watch of its node's pods.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError
@@ -38,12 +41,16 @@ class WatchStats:
         return time.monotonic() - self.last_progress < seconds
 
 
+Handler = Callable[[str, JSON], None]
+
+
 @dataclass
 class Reflector:
     """Mirror of the objects at `path` that match `field_selector`.
 
-    `on_change(kind, obj)` runs on the watch thread for every ADDED/MODIFIED/DELETED
-    and for each object (re)listed ("SYNC"); it must be quick.
+    Each change handler (`on_change`, and those added with `add_handler`) runs on the
+    watch thread as `handler(kind, obj)` for every ADDED/MODIFIED/DELETED and for each
+    object (re)listed ("SYNC"); it must be quick.
     """
 
     kube: Kube
@@ -52,7 +59,7 @@ class Reflector:
     label_selector: str = ""
     resource: str = "pods"
     watch_seconds: int = WATCH_SECONDS
-    on_change: Callable[[str, JSON], None] | None = None
+    on_change: Handler | None = None
     on_restart: Callable[[str], None] | None = None
     # Given: a 403 (or 401) ends the loop and is handed here instead of being retried
     # forever, for watches the agent can do without.
@@ -61,20 +68,86 @@ class Reflector:
     stats: WatchStats = field(default_factory=WatchStats)
     changed: threading.Condition = field(default_factory=threading.Condition)
     synced: threading.Event = field(default_factory=threading.Event)
+    # The current run's stop (set: no run); each run's thread has its own, so a run
+    # stopped while blocked in a read can never write into the next one.
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    _holders: int = 0
+    _pinned: bool = False  # started with start(): runs until stop()
+    _life: threading.Lock = field(default_factory=threading.Lock)
+    _handlers: list[Handler] = field(default_factory=list)
+    # Held while handlers run: one added meanwhile misses no change and sees none twice
+    # out of order.
+    _dispatch: threading.RLock = field(default_factory=threading.RLock)
+
+    def __post_init__(self) -> None:
+        self._stop.set()  # not running until started
+        if self.on_change is not None:
+            self._handlers.append(self.on_change)
 
     def start(self) -> Reflector:
-        self._thread = threading.Thread(
-            target=self._run, name=f"watch-{self.resource}", daemon=True
-        )
-        self._thread.start()
+        """Run until stop() (a no-op for the run already going)."""
+        with self._life:
+            self._pinned = True
+            self._begin()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
+        with self._life:
+            self._pinned = False
+            self._stop.set()
         with self.changed:
             self.changed.notify_all()
+
+    @contextmanager
+    def hold(self) -> Iterator[Reflector]:
+        """Keep the watch running while in use: the first holder starts it (unless it
+        runs already), the last one stops it (unless start() pinned it). A watch shared
+        by consumers that each need it for a while costs nothing while none does."""
+        with self._life:
+            self._holders += 1
+            self._begin()
+        try:
+            yield self
+        finally:
+            with self._life:
+                self._holders -= 1
+                last = self._holders == 0 and not self._pinned
+                if last:
+                    self._stop.set()
+            if last:
+                with self.changed:
+                    self.changed.notify_all()
+
+    @property
+    def stopped(self) -> bool:
+        """No run is going (never started, or stopped)."""
+        return self._stop.is_set()
+
+    def _begin(self) -> None:
+        if not self._stop.is_set():
+            return
+        self._stop = stop = threading.Event()
+        self.synced.clear()  # a new run lists afresh before it counts as synced
+        self._thread = threading.Thread(
+            target=self._run, args=(stop,), name=f"watch-{self.resource}", daemon=True
+        )
+        self._thread.start()
+
+    def add_handler(self, handler: Handler) -> Callable[[], None]:
+        """Call `handler` for every change from now on, after a "SYNC" for each object
+        already mirrored; returns the function that removes it again."""
+        with self._dispatch:
+            for obj in self.snapshot():
+                self._call(handler, "SYNC", obj)
+            self._handlers.append(handler)
+
+        def remove() -> None:
+            with self._dispatch:
+                if handler in self._handlers:
+                    self._handlers.remove(handler)
+
+        return remove
 
     def wait_synced(self, timeout: float) -> bool:
         return self.synced.wait(timeout)
@@ -88,7 +161,7 @@ class Reflector:
         with self.changed:
             while not predicate():
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._stop.is_set():
+                if remaining <= 0 or self.stopped:
                     return predicate()
                 self.changed.wait(remaining)
             return True
@@ -101,14 +174,14 @@ class Reflector:
             query["labelSelector"] = self.label_selector
         return query
 
-    def _run(self) -> None:
+    def _run(self, stop: threading.Event) -> None:
         backoff = BACKOFF_START
         resource_version = ""
-        while not self._stop.is_set():
+        while not stop.is_set():
             try:
                 if not resource_version:
-                    resource_version = self._relist()
-                resource_version = self._watch(resource_version)
+                    resource_version = self._relist(stop)
+                resource_version = self._watch(resource_version, stop)
                 backoff = BACKOFF_START
             except ApiError as exc:
                 if exc.status == 410:
@@ -120,9 +193,9 @@ class Reflector:
                     self.stop()
                     self.on_forbidden(exc)
                     return
-                backoff = self._backoff(str(exc), backoff)
+                backoff = self._backoff(str(exc), backoff, stop)
             except (KubeError, ValueError) as exc:
-                backoff = self._backoff(str(exc), backoff)
+                backoff = self._backoff(str(exc), backoff, stop)
 
     def _restarted(self, why: str) -> None:
         self.stats.last_progress = time.monotonic()
@@ -131,38 +204,42 @@ class Reflector:
         if self.on_restart:
             self.on_restart(why)
 
-    def _backoff(self, why: str, current: float) -> float:
+    def _backoff(self, why: str, current: float, stop: threading.Event) -> float:
         self._restarted(why)
         log.warning("watch %s: %s; retrying in %.1fs", self.resource, why, current)
-        self._stop.wait(current * random.uniform(0.8, 1.2))
+        stop.wait(current * random.uniform(0.8, 1.2))
         return min(current * 2, BACKOFF_MAX)
 
-    def _relist(self) -> str:
+    def _relist(self, stop: threading.Event) -> str:
         data = self.kube.request("GET", self.path, query=self._selectors() or None)
         fresh = {o["metadata"]["uid"]: o for o in data.get("items") or []}
         with self.changed:
+            if stop.is_set():
+                return ""  # this run is over: the next one (if any) owns the mirror
             self.objects = fresh
             self.changed.notify_all()
         self.stats.last_success = time.time()
         self.stats.last_progress = time.monotonic()
-        if self.on_change:
+        with self._dispatch:
             for obj in fresh.values():
-                self.on_change("SYNC", obj)
+                self._notify("SYNC", obj)
         self.synced.set()
         return str(data["metadata"]["resourceVersion"])
 
-    def _watch(self, resource_version: str) -> str:
+    def _watch(self, resource_version: str, stop: threading.Event) -> str:
         query = dict(
             self._selectors(), resourceVersion=resource_version, allowWatchBookmarks="true"
         )
         self.stats.last_progress = time.monotonic()
+        if stop.is_set():
+            return resource_version
         for event in self.kube.watch(self.path, query, self.watch_seconds):
-            if self._stop.is_set():
+            if stop.is_set():
                 break
-            resource_version = self._apply(event, resource_version)
+            resource_version = self._apply(event, resource_version, stop)
         return resource_version
 
-    def _apply(self, event: JSON, resource_version: str) -> str:
+    def _apply(self, event: JSON, resource_version: str, stop: threading.Event) -> str:
         kind, obj = event.get("type"), event.get("object") or {}
         if kind == "ERROR":
             raise ApiError(
@@ -176,11 +253,42 @@ class Reflector:
         meta = obj.get("metadata") or {}
         if kind != "BOOKMARK":
             with self.changed:
+                if stop.is_set():
+                    return resource_version
                 if kind == "DELETED":
                     self.objects.pop(meta["uid"], None)
                 else:
                     self.objects[meta["uid"]] = obj
                 self.changed.notify_all()
-            if self.on_change:
-                self.on_change(str(kind), obj)
+            with self._dispatch:
+                self._notify(str(kind), obj)
         return str(meta.get("resourceVersion") or resource_version)
+
+    def _notify(self, kind: str, obj: JSON) -> None:
+        for handler in list(self._handlers):
+            self._call(handler, kind, obj)
+
+    def _call(self, handler: Handler, kind: str, obj: JSON) -> None:
+        try:
+            handler(kind, obj)
+        except Exception:  # one consumer's bug must not end the watch for the others
+            log.exception("watch %s: a change handler failed on %s", self.resource, kind)
+
+
+def node_pods(
+    kube: Kube,
+    node_name: str,
+    *,
+    watch_seconds: int = WATCH_SECONDS,
+    on_restart: Callable[[str], None] | None = None,
+) -> Reflector:
+    """A watch of the pods bound to `node_name` (not started): the daemon keeps one and
+    hands it to the drain, the rejection controller and the after-boot steps."""
+    return Reflector(
+        kube,
+        "/api/v1/pods",
+        field_selector=f"spec.nodeName={node_name}",
+        resource="pods",
+        watch_seconds=watch_seconds,
+        on_restart=on_restart,
+    )

@@ -53,7 +53,7 @@ from nodeagent.kube.client import (
     pods_path,
 )
 from nodeagent.kube.identity import RECREATE_OFF
-from nodeagent.kube.watch import Reflector
+from nodeagent.kube.watch import Reflector, node_pods
 from nodeagent.kube.workqueue import WorkQueue
 from nodeagent.rejection.wipe import PodRef, WipeResult, wipe
 from nodeagent.report import metrics
@@ -392,7 +392,11 @@ class RejectionController:
         wipe_fn: WipeFn = default_wipe,
         workers: int = WORKERS,
         may_recreate: bool = True,
+        pods: Reflector | None = None,
     ) -> None:
+        """`pods`: a watch of this node's pods shared with others (the daemon's, made
+        with watch_seconds=WATCH_SECONDS), held running while the controller runs;
+        without it the controller keeps its own."""
         self.kube = kube
         self.may_recreate = may_recreate  # False under an identity that may not create pods
         self.node_name = node_name
@@ -403,14 +407,15 @@ class RejectionController:
         self.workers = workers
         self.journal = Journal(cfg.journal_dir)
         self.queue = WorkQueue()
-        self.reflector = Reflector(
-            kube,
-            "/api/v1/pods",
-            field_selector=f"spec.nodeName={node_name}",
-            resource="pods",
-            watch_seconds=WATCH_SECONDS,
-            on_change=self._on_change,
-            on_restart=lambda _why: metrics.WATCH_RESTARTS.labels("pods").inc(),
+        self.reflector = (
+            pods
+            if pods is not None
+            else node_pods(
+                kube,
+                node_name,
+                watch_seconds=WATCH_SECONDS,
+                on_restart=lambda _why: metrics.WATCH_RESTARTS.labels("pods").inc(),
+            )
         )
         # uid -> resourceVersion of the object the last finished sync looked at
         self.synced: dict[str, str] = {}
@@ -437,20 +442,21 @@ class RejectionController:
         ]
         for thread in threads:
             thread.start()
-        self.reflector.start()
+        unsubscribe = self.reflector.add_handler(self._on_change)
         try:
-            while not stop.wait(PROGRESS_INTERVAL):
-                if self.healthy():
-                    self.on_progress()
+            with self.reflector.hold():
+                while not stop.wait(PROGRESS_INTERVAL):
+                    if self.healthy():
+                        self.on_progress()
         finally:
-            self.reflector.stop()
+            unsubscribe()
             self.queue.close()
             for thread in threads:
                 thread.join(timeout=1.0)
 
     def healthy(self) -> bool:
         """The watch is not stuck (listing, watching or retrying) and no worker hangs."""
-        stuck_after = WATCH_SECONDS + READ_TIMEOUT + 15
+        stuck_after = self.reflector.watch_seconds + READ_TIMEOUT + 15
         if not self.reflector.stats.progressed_within(stuck_after):
             return False
         # A work item makes a few bounded requests and at most one bounded wipe; one
