@@ -16,12 +16,19 @@ from pathlib import Path
 from typing import Any
 
 DRAINERS = "bench:drainers"
+SIM_USER = "admin"  # the kubelet simulator's identity (hack/localcluster, admin kubeconfig)
+# The drainers' requests, and the simulator's pod DELETEs: its last one (grace 0, after the
+# containers stopped) is when a pod is gone, which times the wait for the last pod.
 POLICY = f"""apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
   - level: Metadata
     userGroups: ["{DRAINERS}"]
+  - level: Metadata
+    users: ["{SIM_USER}"]
+    verbs: ["delete"]
+    resources: [{{group: "", resources: ["pods"]}}]
   - level: None
 """
 WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
@@ -45,6 +52,7 @@ class Request:
     user: str
     verb: str
     resource: str  # "nodes", "pods/eviction", "events.events.k8s.io"
+    namespace: str
     code: int
     received: float  # seconds since the epoch
 
@@ -77,6 +85,7 @@ def read(path: Path) -> list[Request]:
                 user=event["user"]["username"],
                 verb=event["verb"],
                 resource=_resource(event),
+                namespace=str((event.get("objectRef") or {}).get("namespace", "")),
                 code=int((event.get("responseStatus") or {}).get("code") or 0),
                 received=_stamp(event["requestReceivedTimestamp"]),
             )
@@ -118,6 +127,21 @@ def summarize(requests: list[Request]) -> Summary:
     )
 
 
+def last_pod_gone(requests: list[Request], namespace: str, since: float, until: float) -> float:
+    """When the simulator deleted the last pod of `namespace` between `since` and `until`
+    (0.0 if it deleted none): every drain has its pods in a namespace of its own."""
+    return max(
+        (
+            r.received
+            for r in requests
+            if r.user == SIM_USER
+            and (r.verb, r.resource, r.namespace) == ("delete", "pods", namespace)
+            and since <= r.received <= until
+        ),
+        default=0.0,
+    )
+
+
 @dataclass(frozen=True)
 class Phases:
     """Where one drain's wall time went, from the process start to its exit."""
@@ -125,19 +149,22 @@ class Phases:
     to_first_request: float  # interpreter, imports, config, credentials
     to_first_eviction: float  # cordon, list, Events, set-up before evicting
     evicting: float  # first to last eviction request (429 retries included)
-    to_last_request: float  # the last eviction to the drainer's last request
-    to_exit: float  # the last request to the process's exit
+    to_gone: float  # the last eviction to the last evicted pod's deletion
+    gone_to_last_request: float  # requests after the last pod went (final report)
+    to_exit: float  # the later of the two to the process's exit
 
 
-def phases(requests: list[Request], started: float, ended: float) -> Phases | None:
+def phases(requests: list[Request], gone: float, started: float, ended: float) -> Phases | None:
+    """`requests` of one drainer; `gone` from last_pod_gone."""
     evictions = [r.received for r in requests if is_eviction(r)]
-    if not requests or not evictions:
+    if not requests or not evictions or not gone:
         return None
     first, last = requests[0].received, requests[-1].received
     return Phases(
         to_first_request=first - started,
         to_first_eviction=evictions[0] - first,
         evicting=evictions[-1] - evictions[0],
-        to_last_request=last - evictions[-1],
-        to_exit=ended - last,
+        to_gone=gone - evictions[-1],
+        gone_to_last_request=max(0.0, last - gone),
+        to_exit=ended - max(last, gone),
     )

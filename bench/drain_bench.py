@@ -104,12 +104,13 @@ def run_scenario(
         loaded = prepare(cluster, kube, scenario)
         ku.open_node(kube, loaded.spare)
         who = ids.mint(drainer, loaded.node)
-        drains.append(run_drain(drainer, loaded.node, who, cluster.bin_dir / "kubectl"))
+        kubectl = cluster.bin_dir / "kubectl"
+        drains.append(run_drain(drainer, loaded.node, loaded.group, who, kubectl))
         # The replacements start before the next drain, so drains do not overlap them.
         ku.wait_running(
             kube, loaded.spare, scenario.replicas + scenario.daemonsets, timeout=SETTLE_TIMEOUT
         )
-        workload.remove(kube, loaded.group, [loaded.node, loaded.spare])
+        workload.remove(kube, [loaded.group], [loaded.node, loaded.spare])
     return drains
 
 

@@ -64,6 +64,7 @@ class Drain:
 
     drainer: Drainer
     node: str
+    namespace: str  # where the node's evicted pods live, and no other node's
     user: str
     started: float
     ended: float
@@ -89,7 +90,7 @@ def command(drainer: Drainer, node: str, kubeconfig: Path, kubectl: Path) -> lis
     ]
 
 
-def run_drain(drainer: Drainer, node: str, who: Identity, kubectl: Path) -> Drain:
+def run_drain(drainer: Drainer, node: str, namespace: str, who: Identity, kubectl: Path) -> Drain:
     """Run one drain to its end; a failed drain stops the bench with its output."""
     cmd = command(drainer, node, who.kubeconfig, kubectl)
     started = time.time()
@@ -99,4 +100,4 @@ def run_drain(drainer: Drainer, node: str, who: Identity, kubectl: Path) -> Drai
         who.output.write_text(f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
     if proc.returncode != 0:
         raise SystemExit(f"{drainer.value} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}")
-    return Drain(drainer, node, who.user, started, ended)
+    return Drain(drainer, node, namespace, who.user, started, ended)

@@ -37,8 +37,15 @@ def _slot(group: str, i: int) -> str:
     return f"bench.nodeagent.io/{group}-{i}"
 
 
-def prepare(cluster: Cluster, kube: Kube, shape: Shape) -> tuple[str, list[str], list[str]]:
-    """(group, loaded nodes, cordoned spares); the group also names a namespace."""
+@dataclass(frozen=True)
+class Fleet:
+    nodes: list[str]
+    namespaces: list[str]  # node i's pods live in namespaces[i]
+    spares: list[str]
+
+
+def prepare(cluster: Cluster, kube: Kube, shape: Shape) -> Fleet:
+    """N loaded nodes, and cordoned spares for their replacements."""
     group = ku.unique("fleet")
     slots = {_slot(group, i): "yes" for i in range(shape.nodes)}
     spare_count = math.ceil(shape.nodes * shape.pods_per_node / SPARE_PODS)
@@ -49,23 +56,28 @@ def prepare(cluster: Cluster, kube: Kube, shape: Shape) -> tuple[str, list[str],
     nodes = [f"{group}-n{i}" for i in range(shape.nodes)]
     for i, node in enumerate(nodes):
         cluster.add_node(node, {_slot(group, i): "yes"})
-    ku.namespace(kube, group)
-    for i in range(shape.nodes):
+    namespaces = [ku.namespace(kube, node) for node in nodes]
+    for i, ns in enumerate(namespaces):
         selector = {_slot(group, i): "yes"}
-        ku.deployment(kube, group, f"app{i}", group, shape.pods_per_node, nodeSelector=selector)
+        ku.deployment(kube, ns, "app", group, shape.pods_per_node, nodeSelector=selector)
     for node in nodes:
         ku.wait_running(kube, node, shape.pods_per_node, timeout=SETTLE_TIMEOUT)
     for spare in spares:
         ku.open_node(kube, spare)
-    return group, nodes, spares
+    return Fleet(nodes, namespaces, spares)
 
 
 def run(cluster: Cluster, kube: Kube, ids: Identities, shape: Shape, drainer: Drainer) -> FleetRun:
     """Drain every node of a fresh fleet at once, one `drainer` process per node."""
-    group, nodes, spares = prepare(cluster, kube, shape)
-    who = {node: ids.mint(drainer, node) for node in nodes}
+    fleet = prepare(cluster, kube, shape)
+    who = {node: ids.mint(drainer, node) for node in fleet.nodes}
     kubectl = cluster.bin_dir / "kubectl"
-    with ThreadPoolExecutor(len(nodes)) as pool:
-        drains = list(pool.map(lambda n: run_drain(drainer, n, who[n], kubectl), nodes))
-    remove(kube, group, nodes + spares)
+
+    def drain(i: int) -> Drain:
+        node = fleet.nodes[i]
+        return run_drain(drainer, node, fleet.namespaces[i], who[node], kubectl)
+
+    with ThreadPoolExecutor(len(fleet.nodes)) as pool:
+        drains = list(pool.map(drain, range(len(fleet.nodes))))
+    remove(kube, fleet.namespaces, fleet.nodes + fleet.spares)
     return FleetRun(drainer, drains)

@@ -60,10 +60,10 @@ def scenario(name: str, drains: list[Drain], evicted: int, log: Path, out: Out) 
             f"{k.value} " + " ".join(f"{d.seconds:.2f}" for d in v) for k, v in runs.items()
         )
         out(f"  each drain (s): {each}")
-    requests = audit.by_user(audit.read(log))
+    logged = audit.read(log)
     ordered = [d for v in runs.values() for d in v]
-    _phases([(_label(d, runs), d) for d in ordered], requests, out)
-    _cost(runs, requests, evicted, out)
+    _phases([(_label(d, runs), d) for d in ordered], logged, out)
+    _cost(runs, audit.by_user(logged), evicted, out)
 
 
 def _label(d: Drain, runs: dict[Drainer, list[Drain]]) -> str:
@@ -71,23 +71,24 @@ def _label(d: Drain, runs: dict[Drainer, list[Drain]]) -> str:
     return d.drainer.value if len(mine) == 1 else f"{d.drainer.value} #{mine.index(d) + 1}"
 
 
-def _phases(
-    rows: list[tuple[str, Drain]], requests: dict[str, list[audit.Request]], out: Out
-) -> None:
+def _phases(rows: list[tuple[str, Drain]], requests: list[audit.Request], out: Out) -> None:
     """Each drain's time from its process start to its first request, its first eviction,
-    its last eviction, its last request and its exit (request times from the audit log)."""
+    its last eviction, the deletion of its last pod, its last request after that, and its
+    exit (request times from the audit log)."""
     out(
         f"  {'phases (s)':24} {'to 1st req':>10} {'to 1st evict':>12} {'evicting':>9} "
-        f"{'to last req':>11} {'to exit':>8}"
+        f"{'to all gone':>11} {'then reqs':>9} {'to exit':>8}"
     )
+    mine = audit.by_user(requests)
     for label, d in rows:
-        p = audit.phases(requests.get(d.user, []), d.started, d.ended)
+        gone = audit.last_pod_gone(requests, d.namespace, d.started, d.ended)
+        p = audit.phases(mine.get(d.user, []), gone, d.started, d.ended)
         if p is None:
-            out(f"  {label:24} (no eviction in the audit log)")
+            out(f"  {label:24} (no eviction or pod deletion in the audit log)")
             continue
         out(
             f"  {label:24} {p.to_first_request:10.2f} {p.to_first_eviction:12.2f} "
-            f"{p.evicting:9.2f} {p.to_last_request:11.2f} {p.to_exit:8.2f}"
+            f"{p.evicting:9.2f} {p.to_gone:11.2f} {p.gone_to_last_request:9.2f} {p.to_exit:8.2f}"
         )
 
 
@@ -127,7 +128,8 @@ def fleet(shape: Shape, runs: list[FleetRun], log: Path, out: Out) -> None:
     """Each run's slowest, median and fastest drain, and the ratio of the medians (over
     rounds) of the slowest nodeagent and the slowest floor drain."""
     out(f"\nfleet: {shape.nodes} nodes x {shape.pods_per_node} pods, drained at once")
-    requests = audit.by_user(audit.read(log))
+    logged = audit.read(log)
+    requests = audit.by_user(logged)
     slowest: dict[Drainer, list[float]] = {}
     ends = []
     for r in sorted(runs, key=lambda r: list(Drainer).index(r.drainer)):
@@ -143,7 +145,7 @@ def fleet(shape: Shape, runs: list[FleetRun], log: Path, out: Out) -> None:
         )
         ranked = sorted(r.drains, key=lambda d: d.seconds)
         ends += [(f"{name} fastest", ranked[0]), (f"{name} slowest", ranked[-1])]
-    _phases(ends, requests, out)
+    _phases(ends, logged, out)
     agent, floor = slowest.get(Drainer.NODEAGENT), slowest.get(Drainer.FLOOR)
     if agent and floor:
         ratio = statistics.median(agent) / statistics.median(floor)

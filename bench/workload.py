@@ -12,15 +12,16 @@ from tests import kubeutil as ku
 SETTLE_TIMEOUT = 300.0
 
 
-def remove(kube: Kube, group: str, nodes: list[str]) -> None:
-    """Delete a finished scenario's namespace and nodes and wait until its pods are gone,
+def remove(kube: Kube, namespaces: list[str], nodes: list[str]) -> None:
+    """Delete a finished scenario's namespaces and nodes and wait until its pods are gone,
     so that one scenario's clean-up does not load the next one's drains."""
-    kube.delete(f"/api/v1/namespaces/{group}")
-    ku.wait_until(
-        lambda: not kube.get(f"/api/v1/namespaces/{group}/pods")["items"],
-        SETTLE_TIMEOUT,
-        f"the pods of {group} to go",
-    )
+    for ns in namespaces:
+        kube.delete(f"/api/v1/namespaces/{ns}")
+
+    def emptied() -> bool:
+        return not any(kube.get(f"/api/v1/namespaces/{ns}/pods")["items"] for ns in namespaces)
+
+    ku.wait_until(emptied, SETTLE_TIMEOUT, f"the pods of {', '.join(namespaces)} to go")
     for node in nodes:
         try:
             kube.delete(node_path(node))
