@@ -105,11 +105,11 @@ def run_scenario(
         ku.open_node(kube, loaded.spare)
         who = ids.mint(drainer, loaded.node)
         kubectl = cluster.bin_dir / "kubectl"
-        drains.append(run_drain(drainer, loaded.node, loaded.group, who, kubectl))
-        # The replacements start before the next drain, so drains do not overlap them.
-        ku.wait_running(
-            kube, loaded.spare, scenario.replicas + scenario.daemonsets, timeout=SETTLE_TIMEOUT
-        )
+        drain = run_drain(drainer, loaded.node, loaded.group, who, kubectl)
+        drains.append(drain)
+        if not drain.failed:  # the replacements start before the next drain
+            replaced = scenario.replicas + scenario.daemonsets
+            ku.wait_running(kube, loaded.spare, replaced, timeout=SETTLE_TIMEOUT)
         workload.remove(kube, [loaded.group], [loaded.node, loaded.spare])
     return drains
 
@@ -160,7 +160,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main() -> None:
+def main() -> int:
     args = parse_args()
     wanted = set(args.only or [s.key for s in SCENARIOS] + ["fleet", "startup"])
     drainers = [Drainer.FLOOR, Drainer.NODEAGENT]
@@ -171,7 +171,8 @@ def main() -> None:
         report.startup(print)
     scenarios = [s for s in SCENARIOS if s.key in wanted]
     if not scenarios and "fleet" not in wanted:
-        return
+        return 0
+    done: list[Drain] = []
     with tempfile.TemporaryDirectory(prefix="nodeagent-bench-") as tmp:
         workdir = Path(tmp)
         cluster = Cluster.start(workdir, apiserver_extra_args=audit.apiserver_args(workdir))
@@ -180,6 +181,7 @@ def main() -> None:
             ids = Identities(cluster, workdir / "identities", args.keep)
             for scenario in scenarios:
                 drains = run_scenario(cluster, kube, ids, scenario, drainers, args.rounds)
+                done += drains
                 report.scenario(
                     scenario.name, drains, scenario.replicas, audit.log_path(workdir), print
                 )
@@ -189,6 +191,7 @@ def main() -> None:
                 together = [d for d in drainers if d is not Drainer.KUBECTL]
                 order = [d for r in range(args.rounds) for d in turn(together, r)]
                 runs = [fleet.run(cluster, kube, ids, shape, d) for d in order]
+                done += [d for r in runs for d in r.drains]
                 time.sleep(1.0)  # the last watches' audit entries
                 report.fleet(shape, runs, audit.log_path(workdir), print)
                 print(report.load_line("after fleet"), flush=True)
@@ -199,7 +202,8 @@ def main() -> None:
             if args.keep:
                 shutil.copyfile(audit.log_path(workdir), args.keep / "audit.log")
                 shutil.copytree(workdir / "logs", args.keep / "cluster-logs", dirs_exist_ok=True)
+    return report.failures(done, print)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

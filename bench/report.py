@@ -153,6 +153,18 @@ def fleet(shape: Shape, runs: list[FleetRun], log: Path, out: Out) -> None:
         out(f"  {what}slowest nodeagent / slowest floor = {ratio:.2f} (goal <= 1.2)")
 
 
+def failures(drains: list[Drain], out: Out) -> int:
+    """List the drains that failed (their times are in the figures above); 1 if any did."""
+    failed = [d for d in drains if d.failed]
+    if failed:
+        out(f"\n{len(failed)} drains FAILED (their times are counted above):")
+    for d in failed:
+        out(
+            f"  {d.drainer.value} on {d.node}: exit {d.returncode} after {d.seconds:.2f}s: {d.said}"
+        )
+    return 1 if failed else 0
+
+
 def startup(out: Out) -> None:
     """Median wall time of each drainer's process up to the point where it would call the
     API: the floor's `--help`, and nodeagent's drain up to reading a kubeconfig that is
