@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-POLICIES = ("drain", "cordon", "none")
+from nodeagent.fence.reason import EvacuatePolicy, Policy, Reason
+
+POLICIES = tuple(p.value for p in Policy)
 LOG_FORMATS = ("text", "json")
-EVACUATE_POLICIES = ("Ignore", "NoSchedule", "Evacuate")
+EVACUATE_POLICIES = tuple(p.value for p in EvacuatePolicy)
 FINISHED_PODS = ("keep", "delete")  # nodeagent.podfilter.FinishedPods
 # host: a systemd unit, whose SIGTERM may be the machine going down. pod: a DaemonSet's
 # container, whose SIGTERM is a rollout, an uninstall or an eviction, never a shutdown.
@@ -104,6 +106,20 @@ class ShutdownConfig:
     # re-read it. Unset is off; an explicit "" is refused like any empty value (it would
     # only repeat the default).
     logind_dropin: str = field(default="", metadata={"check": "absolute"})
+
+    def policy(self, reason: Reason) -> Policy:
+        """What `reason` asks for. A removal never drains; an evacuation is not a shutdown."""
+        table = {
+            Reason.POWEROFF: self.poweroff,
+            Reason.REBOOT: self.reboot,
+            Reason.HALT: self.halt,
+            Reason.KEXEC: self.kexec,
+            Reason.SOFT_REBOOT: self.soft_reboot,
+            Reason.STOP: self.stop,
+            Reason.RESTART: self.restart,
+            Reason.UNKNOWN: self.unknown,
+        }
+        return Policy(table.get(reason, Policy.NONE))
 
 
 @dataclass

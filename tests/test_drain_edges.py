@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from nodeagent.departure.evacuate import outcome_condition
+from nodeagent.departure.executor import outcome_condition
 from nodeagent.drain.engine import Drain, DrainOptions, PodState, pod_state
 from nodeagent.drain.podfilter import FinishedPods, controller_of
 from nodeagent.drain.summary import render

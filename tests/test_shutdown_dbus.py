@@ -31,6 +31,7 @@ from jeepney.bus_messages import message_bus
 from jeepney.io.blocking import DBusConnection, open_dbus_connection
 
 from nodeagent.fence.marker import CORDONED_BY
+from nodeagent.fence.reason import Reason
 from nodeagent.host.kubeletshutdown import kubelet_lock
 from nodeagent.host.logind import (
     LOGIND_IFACE,
@@ -42,7 +43,6 @@ from nodeagent.host.logind import (
     Inhibitor,
     LogindInhibitor,
     LogindUnavailableError,
-    ShutdownKind,
     StopEvidence,
     classify_jobs,
     kind_from_logind_type,
@@ -252,15 +252,15 @@ class Recorder:
     """Collects on_prepare calls; waits for them."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[bool, ShutdownKind]] = []
+        self.calls: list[tuple[bool, Reason]] = []
         self.event = threading.Condition()
 
-    def __call__(self, active: bool, kind: ShutdownKind) -> None:
+    def __call__(self, active: bool, kind: Reason) -> None:
         with self.event:
             self.calls.append((active, kind))
             self.event.notify_all()
 
-    def wait(self, n: int, timeout: float = 5.0) -> list[tuple[bool, ShutdownKind]]:
+    def wait(self, n: int, timeout: float = 5.0) -> list[tuple[bool, Reason]]:
         with self.event:
             assert self.event.wait_for(lambda: len(self.calls) >= n, timeout), self.calls
             return list(self.calls)
@@ -309,11 +309,11 @@ def test_metadata_type_wins_and_each_transition_is_reported_once(logind: Bus) ->
     rec = Recorder()
     with LogindInhibitor(on_prepare=rec, bus_address=logind.address):
         emit_prepare(logind, True, "reboot")
-        assert rec.wait(1) == [(True, ShutdownKind.REBOOT)]
+        assert rec.wait(1) == [(True, Reason.REBOOT)]
         emit_prepare(logind, False, "reboot")
-        assert rec.wait(2) == [(True, ShutdownKind.REBOOT), (False, ShutdownKind.REBOOT)]
+        assert rec.wait(2) == [(True, Reason.REBOOT), (False, Reason.REBOOT)]
         emit_prepare(logind, True, "poweroff")
-        assert rec.wait(3)[-1] == (True, ShutdownKind.POWEROFF)
+        assert rec.wait(3)[-1] == (True, Reason.POWEROFF)
         settle_until_quiet(rec, 3)
 
 
@@ -327,10 +327,10 @@ def test_plain_prepare_for_shutdown_from_an_older_logind(logind: Bus) -> None:
     rec = Recorder()
     with LogindInhibitor(on_prepare=rec, bus_address=logind.address):
         emit_prepare(logind, True, None)
-        assert rec.wait(1) == [(True, ShutdownKind.UNKNOWN)]
+        assert rec.wait(1) == [(True, Reason.UNKNOWN)]
         emit_prepare(logind, True, None)  # a repeat is not a new transition
         emit_prepare(logind, False, None)
-        assert rec.wait(2) == [(True, ShutdownKind.UNKNOWN), (False, ShutdownKind.UNKNOWN)]
+        assert rec.wait(2) == [(True, Reason.UNKNOWN), (False, Reason.UNKNOWN)]
         settle_until_quiet(rec, 2)
 
 
@@ -342,11 +342,11 @@ def test_cancelled_shutdown_then_retake(logind: Bus) -> None:
         inhibitor.release()
         wait_for(lambda: our_inhibitors(logind) == [])
         emit_prepare(logind, False, "poweroff")
-        assert rec.wait(2)[-1] == (False, ShutdownKind.POWEROFF)
+        assert rec.wait(2)[-1] == (False, Reason.POWEROFF)
         inhibitor.retake()
         assert len(our_inhibitors(logind)) == 1
         emit_prepare(logind, True, "soft-reboot")
-        assert rec.wait(3)[-1] == (True, ShutdownKind.SOFT_REBOOT)
+        assert rec.wait(3)[-1] == (True, Reason.SOFT_REBOOT)
 
 
 def test_signals_from_anyone_but_logind_are_ignored(logind: Bus) -> None:
@@ -358,13 +358,13 @@ def test_signals_from_anyone_but_logind_are_ignored(logind: Bus) -> None:
         time.sleep(0.3)
         assert rec.calls == []
         emit_prepare(logind, True, "halt")
-        assert rec.wait(1) == [(True, ShutdownKind.HALT)]
+        assert rec.wait(1) == [(True, Reason.HALT)]
 
 
 def test_a_failing_callback_does_not_stop_the_listener(logind: Bus) -> None:
     rec = Recorder()
 
-    def flaky(active: bool, kind: ShutdownKind) -> None:
+    def flaky(active: bool, kind: Reason) -> None:
         rec(active, kind)
         if len(rec.calls) == 1:
             raise RuntimeError("boom")
@@ -373,7 +373,7 @@ def test_a_failing_callback_does_not_stop_the_listener(logind: Bus) -> None:
         emit_prepare(logind, True, "reboot")
         rec.wait(1)
         emit_prepare(logind, False, "reboot")
-        assert rec.wait(2)[-1] == (False, ShutdownKind.REBOOT)
+        assert rec.wait(2)[-1] == (False, Reason.REBOOT)
 
 
 def test_a_shutdown_already_under_way_at_start_is_reported(logind: Bus) -> None:
@@ -386,7 +386,7 @@ def test_a_shutdown_already_under_way_at_start_is_reported(logind: Bus) -> None:
     )
     rec = Recorder()
     with LogindInhibitor(on_prepare=rec, bus_address=logind.address):
-        assert rec.wait(1) == [(True, ShutdownKind.UNKNOWN)]
+        assert rec.wait(1) == [(True, Reason.UNKNOWN)]
 
 
 def test_inhibit_delay_max_seconds(logind: Bus) -> None:
@@ -467,16 +467,16 @@ def test_the_system_bus_comes_from_the_environment(
 @pytest.mark.parametrize(
     ("jobs", "kind"),
     [
-        ([("poweroff.target", "start"), ("nodeagent.service", "stop")], ShutdownKind.POWEROFF),
-        ([("reboot.target", "start"), ("nodeagent.service", "stop")], ShutdownKind.REBOOT),
-        ([("nodeagent.service", "stop")], ShutdownKind.STOP),
-        ([("nodeagent.service", "restart")], ShutdownKind.RESTART),
-        ([("other.service", "stop")], ShutdownKind.UNKNOWN),
-        ([], ShutdownKind.UNKNOWN),
+        ([("poweroff.target", "start"), ("nodeagent.service", "stop")], Reason.POWEROFF),
+        ([("reboot.target", "start"), ("nodeagent.service", "stop")], Reason.REBOOT),
+        ([("nodeagent.service", "stop")], Reason.STOP),
+        ([("nodeagent.service", "restart")], Reason.RESTART),
+        ([("other.service", "stop")], Reason.UNKNOWN),
+        ([], Reason.UNKNOWN),
     ],
 )
 def test_why_stopping_reads_systemds_jobs(
-    systemd: Bus, jobs: list[tuple[str, str]], kind: ShutdownKind
+    systemd: Bus, jobs: list[tuple[str, str]], kind: Reason
 ) -> None:
     set_jobs(systemd, jobs)
     evidence = why_stopping("nodeagent.service", bus_address=systemd.address)
@@ -487,14 +487,14 @@ def test_why_stopping_reads_systemds_jobs(
     ("jobs", "kind"),
     [
         # The prerm's flag turns our own stop into a removal, and nothing else.
-        ([("nodeagent.service", "stop")], ShutdownKind.REMOVE),
-        ([("nodeagent.service", "restart")], ShutdownKind.RESTART),
-        ([("poweroff.target", "start"), ("nodeagent.service", "stop")], ShutdownKind.POWEROFF),
-        ([], ShutdownKind.UNKNOWN),
+        ([("nodeagent.service", "stop")], Reason.REMOVE),
+        ([("nodeagent.service", "restart")], Reason.RESTART),
+        ([("poweroff.target", "start"), ("nodeagent.service", "stop")], Reason.POWEROFF),
+        ([], Reason.UNKNOWN),
     ],
 )
 def test_removal_flag_marks_only_a_stop_as_removal(
-    systemd: Bus, tmp_path: Path, jobs: list[tuple[str, str]], kind: ShutdownKind
+    systemd: Bus, tmp_path: Path, jobs: list[tuple[str, str]], kind: Reason
 ) -> None:
     flag = tmp_path / "removing"
     flag.touch()
@@ -518,14 +518,14 @@ def test_why_stopping_reports_only_the_telling_jobs(systemd: Bus) -> None:
     )
     evidence = why_stopping(bus_address=systemd.address)
     assert evidence == StopEvidence(
-        ShutdownKind.REBOOT,
+        Reason.REBOOT,
         ("start shutdown.target", "start reboot.target", "stop nodeagent.service"),
     )
 
 
 def test_why_stopping_without_systemd_says_unknown_and_why(bus: Bus) -> None:
     evidence = why_stopping(bus_address=bus.address)
-    assert evidence.kind is ShutdownKind.UNKNOWN
+    assert evidence.kind is Reason.UNKNOWN
     assert len(evidence.jobs) == 1
     assert evidence.jobs[0].startswith("error: ")
     assert "ServiceUnknown" in evidence.jobs[0]
@@ -533,7 +533,7 @@ def test_why_stopping_without_systemd_says_unknown_and_why(bus: Bus) -> None:
 
 def test_why_stopping_without_a_bus_says_unknown(tmp_path: Path) -> None:
     evidence = why_stopping(bus_address=f"unix:path={tmp_path}/none")
-    assert evidence.kind is ShutdownKind.UNKNOWN
+    assert evidence.kind is Reason.UNKNOWN
     assert evidence.jobs[0].startswith("error: ")
 
 
@@ -548,7 +548,7 @@ def test_why_stopping_gives_up_quickly_on_a_hung_systemd(systemd: Bus) -> None:
     started = time.monotonic()
     evidence = why_stopping(bus_address=systemd.address, timeout=1.0)
     elapsed = time.monotonic() - started
-    assert evidence.kind is ShutdownKind.UNKNOWN
+    assert evidence.kind is Reason.UNKNOWN
     assert "error: " in evidence.jobs[0]
     assert elapsed < 2.0
 
@@ -558,7 +558,7 @@ def test_why_stopping_leaks_no_descriptors(systemd: Bus) -> None:
     why_stopping(bus_address=systemd.address)  # warm up lazy imports
     before = open_fds()
     for _ in range(20):
-        assert why_stopping(bus_address=systemd.address).kind is ShutdownKind.STOP
+        assert why_stopping(bus_address=systemd.address).kind is Reason.STOP
     assert open_fds() <= before
 
 
@@ -568,72 +568,70 @@ def test_why_stopping_leaks_no_descriptors(systemd: Bus) -> None:
 @pytest.mark.parametrize(
     ("jobs", "kind"),
     [
-        ([("poweroff.target", "start")], ShutdownKind.POWEROFF),
-        ([("systemd-poweroff.service", "start")], ShutdownKind.POWEROFF),
-        ([("halt.target", "start")], ShutdownKind.HALT),
-        ([("kexec.target", "start")], ShutdownKind.KEXEC),
-        ([("soft-reboot.target", "start")], ShutdownKind.SOFT_REBOOT),
-        ([("systemd-reboot.service", "start")], ShutdownKind.REBOOT),
+        ([("poweroff.target", "start")], Reason.POWEROFF),
+        ([("systemd-poweroff.service", "start")], Reason.POWEROFF),
+        ([("halt.target", "start")], Reason.HALT),
+        ([("kexec.target", "start")], Reason.KEXEC),
+        ([("soft-reboot.target", "start")], Reason.SOFT_REBOOT),
+        ([("systemd-reboot.service", "start")], Reason.REBOOT),
         # Every shutdown starts shutdown.target; the kind-specific target wins when queued.
-        ([("shutdown.target", "start"), ("reboot.target", "start")], ShutdownKind.REBOOT),
-        ([("shutdown.target", "start"), ("nodeagent.service", "stop")], ShutdownKind.POWEROFF),
-        ([("final.target", "start")], ShutdownKind.POWEROFF),
+        ([("shutdown.target", "start"), ("reboot.target", "start")], Reason.REBOOT),
+        ([("shutdown.target", "start"), ("nodeagent.service", "stop")], Reason.POWEROFF),
+        ([("final.target", "start")], Reason.POWEROFF),
         # A shutdown beats what happens to our own unit.
-        ([("nodeagent.service", "restart"), ("poweroff.target", "start")], ShutdownKind.POWEROFF),
-        ([("nodeagent.service", "try-restart")], ShutdownKind.RESTART),
-        ([("nodeagent.service", "stop"), ("rescue.target", "start")], ShutdownKind.STOP),
+        ([("nodeagent.service", "restart"), ("poweroff.target", "start")], Reason.POWEROFF),
+        ([("nodeagent.service", "try-restart")], Reason.RESTART),
+        ([("nodeagent.service", "stop"), ("rescue.target", "start")], Reason.STOP),
         # Someone else's stop or restart is not ours.
-        ([("kubelet.service", "restart")], ShutdownKind.UNKNOWN),
-        ([("kubelet.service", "stop")], ShutdownKind.UNKNOWN),
+        ([("kubelet.service", "restart")], Reason.UNKNOWN),
+        ([("kubelet.service", "stop")], Reason.UNKNOWN),
         # A stop job on a shutdown target is not a shutdown.
-        ([("poweroff.target", "stop")], ShutdownKind.UNKNOWN),
-        ([("nodeagent.service", "start")], ShutdownKind.UNKNOWN),
+        ([("poweroff.target", "stop")], Reason.UNKNOWN),
+        ([("nodeagent.service", "start")], Reason.UNKNOWN),
     ],
 )
-def test_classify_jobs(jobs: list[tuple[str, str]], kind: ShutdownKind) -> None:
+def test_classify_jobs(jobs: list[tuple[str, str]], kind: Reason) -> None:
     assert classify_jobs(jobs, "nodeagent.service") is kind
 
 
 def test_classify_jobs_uses_the_given_unit() -> None:
-    assert classify_jobs([("agent@x.service", "stop")], "agent@x.service") is ShutdownKind.STOP
-    assert classify_jobs([("agent@x.service", "stop")], "nodeagent.service") is (
-        ShutdownKind.UNKNOWN
-    )
+    assert classify_jobs([("agent@x.service", "stop")], "agent@x.service") is Reason.STOP
+    assert classify_jobs([("agent@x.service", "stop")], "nodeagent.service") is (Reason.UNKNOWN)
 
 
 @pytest.mark.parametrize(
     ("text", "kind"),
     [
-        ("poweroff", ShutdownKind.POWEROFF),
-        ("power-off", ShutdownKind.POWEROFF),
-        ("reboot", ShutdownKind.REBOOT),
-        ("halt", ShutdownKind.HALT),
-        ("kexec", ShutdownKind.KEXEC),
-        ("soft-reboot", ShutdownKind.SOFT_REBOOT),
-        ("suspend", ShutdownKind.UNKNOWN),
-        ("", ShutdownKind.UNKNOWN),
+        ("poweroff", Reason.POWEROFF),
+        ("power-off", Reason.POWEROFF),
+        ("reboot", Reason.REBOOT),
+        ("halt", Reason.HALT),
+        ("kexec", Reason.KEXEC),
+        ("soft-reboot", Reason.SOFT_REBOOT),
+        ("suspend", Reason.UNKNOWN),
+        ("", Reason.UNKNOWN),
     ],
 )
-def test_kind_from_logind_type(text: str, kind: ShutdownKind) -> None:
+def test_kind_from_logind_type(text: str, kind: Reason) -> None:
     assert kind_from_logind_type(text) is kind
 
 
 def test_parse_prepare_signal() -> None:
-    assert parse_prepare_signal("PrepareForShutdown", (True,)) == (True, ShutdownKind.UNKNOWN)
+    assert parse_prepare_signal("PrepareForShutdown", (True,)) == (True, Reason.UNKNOWN)
     assert parse_prepare_signal(
         "PrepareForShutdownWithMetadata", (False, {"type": ("s", "kexec")})
-    ) == (False, ShutdownKind.KEXEC)
+    ) == (False, Reason.KEXEC)
     assert parse_prepare_signal("PrepareForShutdownWithMetadata", (True, {})) == (
         True,
-        ShutdownKind.UNKNOWN,
+        Reason.UNKNOWN,
     )
     assert parse_prepare_signal("PrepareForSleep", (True,)) is None
 
 
 def test_shutdown_kind_values_are_the_wire_strings() -> None:
-    assert str(ShutdownKind.SOFT_REBOOT) == "soft-reboot"
-    assert isinstance(ShutdownKind.SOFT_REBOOT, str)
-    assert ShutdownKind("poweroff") is ShutdownKind.POWEROFF
+    assert str(Reason.SOFT_REBOOT) == "soft-reboot"
+    assert isinstance(Reason.SOFT_REBOOT, str)
+    assert Reason("poweroff") is Reason.POWEROFF
 
 
 # -- the daemon against the mock logind and the real control plane ---------------------

@@ -23,8 +23,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from nodeagent.agent.daemon import LAST_BOOT_ID
-from nodeagent.fence.marker import CORDONED_BY, DRAIN_REASON, DRAIN_RESULT, MARKER_KEYS
+from nodeagent.fence.marker import (
+    CORDONED_BY,
+    DRAIN_REASON,
+    DRAIN_RESULT,
+    LAST_BOOT_ID,
+    MARKER_KEYS,
+)
 from nodeagent.kube.client import Kube, node_path
 from nodeagent.report.conditions import READY
 from tests import kubeutil as ku

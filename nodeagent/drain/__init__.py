@@ -1,0 +1,1 @@
+"""The drain engine: evict a node's pods within a deadline, respecting PodDisruptionBudgets."""

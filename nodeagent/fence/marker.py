@@ -7,6 +7,7 @@ that carries the marker, so a node a person cordoned stays cordoned.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, api_stamp, node_path
@@ -17,12 +18,10 @@ DRAIN_REASON = PREFIX + "drain-reason"
 DRAIN_STARTED_AT = PREFIX + "drain-started-at"
 BOOT_ID = PREFIX + "boot-id"
 DRAIN_RESULT = PREFIX + "drain-result"
+# The boot the agent last started in: a new one without a drain record was unclean.
+LAST_BOOT_ID = PREFIX + "last-boot-id"
 MARKER_KEYS = (CORDONED_BY, DRAIN_REASON, DRAIN_STARTED_AT, BOOT_ID, DRAIN_RESULT)
 AGENT = "nodeagent"
-# Reasons a cordon is taken for the node going down (or the agent being stopped).
-SHUTDOWN_REASONS = ("poweroff", "reboot", "halt", "kexec", "soft-reboot", "stop")
-# Of those, the ones that mean "the node is going down right now" while in the same boot.
-GOING_DOWN = tuple(r for r in SHUTDOWN_REASONS if r != "stop")
 
 
 class NodeNotFound(KubeError):
@@ -74,11 +73,19 @@ class NodeFence:
         return self.unschedulable and not self.marked
 
 
+def first_taint(node: JSON, keys: Collection[str]) -> str:
+    """The first taint on the node whose key is one of `keys` (any effect), or ''."""
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if taint.get("key") in keys:
+            return str(taint["key"])
+    return ""
+
+
 def boot_id(node: JSON) -> str:
     return str(((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or "")
 
 
-def cordon(kube: Kube, node: JSON, reason: str, keep: tuple[str, ...] = ()) -> bool:
+def cordon(kube: Kube, node: JSON, reason: str, keep: Collection[str] = ()) -> bool:
     """Cordon `node` for `reason`, writing the marker in the same patch.
 
     Returns False (and writes nothing) when someone else already cordoned it: the
@@ -123,7 +130,7 @@ def uncordon(
     kube: Kube,
     name: str,
     force: bool = False,
-    only_reasons: tuple[str, ...] = (),
+    only_reasons: Collection[str] = (),
     started_at: str = "",
 ) -> bool:
     """Undo the agent's cordon and clear its marker. Returns True if it uncordoned.

@@ -30,8 +30,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
+
+from nodeagent.fence.reason import Reason
 
 log = logging.getLogger(__name__)
 
@@ -50,42 +51,28 @@ START_TIMEOUT = 10.0
 JOBS_TIMEOUT = 2.0
 
 
-class ShutdownKind(StrEnum):
-    """What is happening to the node (or to the agent's own unit)."""
-
-    POWEROFF = "poweroff"
-    REBOOT = "reboot"
-    HALT = "halt"
-    KEXEC = "kexec"
-    SOFT_REBOOT = "soft-reboot"
-    STOP = "stop"
-    RESTART = "restart"
-    REMOVE = "remove"
-    UNKNOWN = "unknown"
-
-
-_LOGIND_TYPES: dict[str, ShutdownKind] = {
-    "poweroff": ShutdownKind.POWEROFF,
-    "power-off": ShutdownKind.POWEROFF,
-    "reboot": ShutdownKind.REBOOT,
-    "halt": ShutdownKind.HALT,
-    "kexec": ShutdownKind.KEXEC,
-    "soft-reboot": ShutdownKind.SOFT_REBOOT,
+_LOGIND_TYPES: dict[str, Reason] = {
+    "poweroff": Reason.POWEROFF,
+    "power-off": Reason.POWEROFF,
+    "reboot": Reason.REBOOT,
+    "halt": Reason.HALT,
+    "kexec": Reason.KEXEC,
+    "soft-reboot": Reason.SOFT_REBOOT,
 }
 
 # Units whose start job names the kind of shutdown. A request through logind or systemctl
 # queues the target; the service is what `systemctl --force poweroff`-style paths reach.
-_SHUTDOWN_UNITS: dict[str, ShutdownKind] = {
-    "poweroff.target": ShutdownKind.POWEROFF,
-    "systemd-poweroff.service": ShutdownKind.POWEROFF,
-    "halt.target": ShutdownKind.HALT,
-    "systemd-halt.service": ShutdownKind.HALT,
-    "reboot.target": ShutdownKind.REBOOT,
-    "systemd-reboot.service": ShutdownKind.REBOOT,
-    "kexec.target": ShutdownKind.KEXEC,
-    "systemd-kexec.service": ShutdownKind.KEXEC,
-    "soft-reboot.target": ShutdownKind.SOFT_REBOOT,
-    "systemd-soft-reboot.service": ShutdownKind.SOFT_REBOOT,
+_SHUTDOWN_UNITS: dict[str, Reason] = {
+    "poweroff.target": Reason.POWEROFF,
+    "systemd-poweroff.service": Reason.POWEROFF,
+    "halt.target": Reason.HALT,
+    "systemd-halt.service": Reason.HALT,
+    "reboot.target": Reason.REBOOT,
+    "systemd-reboot.service": Reason.REBOOT,
+    "kexec.target": Reason.KEXEC,
+    "systemd-kexec.service": Reason.KEXEC,
+    "soft-reboot.target": Reason.SOFT_REBOOT,
+    "systemd-soft-reboot.service": Reason.SOFT_REBOOT,
 }
 
 # Units every shutdown starts but which do not say which kind. Power-off is the assumption
@@ -105,17 +92,15 @@ REMOVAL_FLAG = "/run/nodeagent/removing"
 _RESTART_JOBS = frozenset({"restart", "try-restart"})
 
 
-def kind_from_logind_type(t: str) -> ShutdownKind:
-    """Map the ``type`` of ``PrepareForShutdownWithMetadata`` to a :class:`ShutdownKind`.
+def kind_from_logind_type(t: str) -> Reason:
+    """Map the ``type`` of ``PrepareForShutdownWithMetadata`` to a :class:`Reason`.
 
-    Unknown types (a newer logind's) give :attr:`ShutdownKind.UNKNOWN`.
+    Unknown types (a newer logind's) give :attr:`Reason.UNKNOWN`.
     """
-    return _LOGIND_TYPES.get(t.strip().lower(), ShutdownKind.UNKNOWN)
+    return _LOGIND_TYPES.get(t.strip().lower(), Reason.UNKNOWN)
 
 
-def classify_jobs(
-    jobs: Iterable[tuple[str, str]], unit: str, *, removing: bool = False
-) -> ShutdownKind:
+def classify_jobs(jobs: Iterable[tuple[str, str]], unit: str, *, removing: bool = False) -> Reason:
     """Say why ``unit`` is being stopped, from systemd's queued ``(unit, job_type)`` pairs.
 
     A shutdown target's start job wins over anything about our own unit, because a shutdown
@@ -129,13 +114,13 @@ def classify_jobs(
         if shutdown_unit in starts:
             return kind
     if starts & _GENERIC_SHUTDOWN_UNITS:
-        return ShutdownKind.POWEROFF
+        return Reason.POWEROFF
     own = {t for u, t in jobs if u == unit}
     if own & _RESTART_JOBS:
-        return ShutdownKind.RESTART
+        return Reason.RESTART
     if "stop" in own:
-        return ShutdownKind.REMOVE if removing else ShutdownKind.STOP
-    return ShutdownKind.UNKNOWN
+        return Reason.REMOVE if removing else Reason.STOP
+    return Reason.UNKNOWN
 
 
 @dataclass(frozen=True)
@@ -147,7 +132,7 @@ class StopEvidence:
     error it holds one ``"error: ..."`` entry instead. Meant for the log.
     """
 
-    kind: ShutdownKind
+    kind: Reason
     jobs: tuple[str, ...]
 
 
@@ -166,7 +151,7 @@ def why_stopping(
     """Ask systemd's job queue why ``unit`` is being stopped.
 
     Meant for the SIGTERM handler: it returns within about ``timeout`` seconds and never
-    raises; a failure gives ``ShutdownKind.UNKNOWN`` with the error in ``jobs``.
+    raises; a failure gives ``Reason.UNKNOWN`` with the error in ``jobs``.
     """
     result: list[StopEvidence] = []
     removing = os.path.exists(removal_flag)
@@ -181,7 +166,7 @@ def why_stopping(
     worker.join(timeout + 0.5)
     if result:
         return result[0]
-    return StopEvidence(ShutdownKind.UNKNOWN, (f"error: no answer from systemd in {timeout}s",))
+    return StopEvidence(Reason.UNKNOWN, (f"error: no answer from systemd in {timeout}s",))
 
 
 def _why_stopping(
@@ -190,7 +175,7 @@ def _why_stopping(
     try:
         jobs = _list_jobs(bus_address, timeout)
     except Exception as exc:  # the shutdown path must go on whatever the bus did
-        return StopEvidence(ShutdownKind.UNKNOWN, (f"error: {_describe(exc)}",))
+        return StopEvidence(Reason.UNKNOWN, (f"error: {_describe(exc)}",))
     kind = classify_jobs(jobs, unit, removing=removing)
     return StopEvidence(kind, _evidence(jobs, unit))
 
@@ -310,7 +295,7 @@ class LogindInhibitor:
 
     def __init__(
         self,
-        on_prepare: Callable[[bool, ShutdownKind], None],
+        on_prepare: Callable[[bool, Reason], None],
         who: str = "nodeagent",
         why: str = "Draining the node before shutdown",
         bus_address: str | None = None,
@@ -448,7 +433,7 @@ class LogindInhibitor:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _subscribe(self, conn: _Bus, deadline: float) -> list[tuple[bool, ShutdownKind]]:
+    def _subscribe(self, conn: _Bus, deadline: float) -> list[tuple[bool, Reason]]:
         """Add the match rules; return events that arrived while doing so."""
         from jeepney import MatchRule, message_bus
 
@@ -465,8 +450,8 @@ class LogindInhibitor:
         return [event for event in map(_prepare_event, stash) if event is not None]
 
     def _already_preparing(
-        self, conn: _Bus, deadline: float, pending: list[tuple[bool, ShutdownKind]]
-    ) -> list[tuple[bool, ShutdownKind]]:
+        self, conn: _Bus, deadline: float, pending: list[tuple[bool, Reason]]
+    ) -> list[tuple[bool, Reason]]:
         """Catch a shutdown that began before we listened (say, the agent restarted in it).
 
         Asked on the listening connection, so a signal sent before the answer is seen first.
@@ -477,7 +462,7 @@ class LogindInhibitor:
         )
         events = [event for event in map(_prepare_event, stash) if event is not None]
         if preparing and not pending and not events:
-            events.append((True, ShutdownKind.UNKNOWN))
+            events.append((True, Reason.UNKNOWN))
         return events
 
     def _inhibit(self) -> int:
@@ -501,7 +486,7 @@ class LogindInhibitor:
         os.set_inheritable(raw, False)
         return raw
 
-    def _listen(self, conn: _Bus, pending: list[tuple[bool, ShutdownKind]]) -> None:
+    def _listen(self, conn: _Bus, pending: list[tuple[bool, Reason]]) -> None:
         from jeepney.io.threading import ReceiveStopped
 
         for active, kind in pending:
@@ -519,7 +504,7 @@ class LogindInhibitor:
             if event is not None:
                 self._deliver(*event)
 
-    def _deliver(self, active: bool, kind: ShutdownKind) -> None:
+    def _deliver(self, active: bool, kind: Reason) -> None:
         # logind sends WithMetadata first, then the plain signal for the same transition:
         # only a change of state is news, so the typed one is reported and its twin dropped.
         with self._lock:
@@ -542,7 +527,7 @@ class LogindInhibitor:
                 log.exception("on_lost callback failed")
 
 
-def _prepare_event(msg: Any) -> tuple[bool, ShutdownKind] | None:
+def _prepare_event(msg: Any) -> tuple[bool, Reason] | None:
     """Turn a PrepareForShutdown(WithMetadata) signal into ``(active, kind)``; else None."""
     from jeepney import HeaderFields, MessageType
 
@@ -554,25 +539,25 @@ def _prepare_event(msg: Any) -> tuple[bool, ShutdownKind] | None:
     return parse_prepare_signal(header.fields.get(HeaderFields.member, ""), msg.body)
 
 
-def parse_prepare_signal(member: str, body: tuple[Any, ...]) -> tuple[bool, ShutdownKind] | None:
+def parse_prepare_signal(member: str, body: tuple[Any, ...]) -> tuple[bool, Reason] | None:
     """Read ``(active, kind)`` from a logind signal's member name and body, if it is one.
 
     ``PrepareForShutdownWithMetadata`` is ``(b, a{sv})`` with a ``type`` entry;
     ``PrepareForShutdown`` is ``(b)`` and says nothing of the kind.
     """
     if member == "PrepareForShutdown" and len(body) >= 1:
-        return bool(body[0]), ShutdownKind.UNKNOWN
+        return bool(body[0]), Reason.UNKNOWN
     if member == "PrepareForShutdownWithMetadata" and len(body) >= 2:
         return bool(body[0]), _metadata_kind(body[1])
     return None
 
 
-def _metadata_kind(metadata: Mapping[str, Any]) -> ShutdownKind:
+def _metadata_kind(metadata: Mapping[str, Any]) -> Reason:
     variant = metadata.get("type") if isinstance(metadata, Mapping) else None
     # jeepney gives a variant as (signature, value).
     if isinstance(variant, tuple) and len(variant) == 2 and isinstance(variant[1], str):
         return kind_from_logind_type(variant[1])
-    return ShutdownKind.UNKNOWN
+    return Reason.UNKNOWN
 
 
 def _address(bus_address: str | None) -> str:

@@ -16,16 +16,19 @@ import os
 import time
 from pathlib import Path
 
-from nodeagent.departure.shutdown import FINISH_GRACE, LOGIND_MARGIN
 from nodeagent.host.logind import LogindInhibitor, LogindUnavailableError, reload_logind
 
 log = logging.getLogger(__name__)
 
+LOGIND_MARGIN = 5.0  # seconds kept back from logind's delay for closing the lock
+# After its deadline a shutdown drain gets this long to delete what is left and record
+# the result: inside LOGIND_MARGIN, and inside TimeoutStopSec (150 s) after 120 s.
+FINISH_GRACE = 3.0
 RELOAD_WAIT = 5.0  # logind handles SIGHUP on its event loop, shortly after
 
 
 def required_delay(deadline: float) -> int:
-    """The delay that lets a drain use its whole deadline (see Departure.on_prepare)."""
+    """The delay that lets a drain use its whole deadline (nodeagent/departure/lockholder.py)."""
     return math.ceil(deadline + LOGIND_MARGIN + FINISH_GRACE)
 
 

@@ -1,0 +1,1 @@
+"""The Kubernetes client pieces: requests, credentials, watches, a work queue."""

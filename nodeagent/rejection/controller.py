@@ -62,7 +62,7 @@ from nodeagent.report.journal import Journal, Recreation
 
 log = logging.getLogger(__name__)
 
-# Names shared with the rest of the agent (DESIGN: "Shared names").
+# Names shared with users and other tools (docs/architecture.md, "Names").
 POD_REJECTED = "PodRejected"
 STATE_WIPED = "StateWiped"
 # Set (False) on a rejected pod that opted in but is not re-created; written once, so a

@@ -1,0 +1,1 @@
+"""What the agent says: Node conditions, Events, metrics, the journal, `nodeagent status`."""

@@ -1,0 +1,192 @@
+"""After start: record the boot, and undo the agent's shutdown cordon once the node can
+run pods again (Ready, the named DaemonSets Ready, settled).
+
+This loop only waits and reports; the undo itself is the departure worker's (a `settled`
+signal), so it is ordered with every shutdown and evacuation, and the decision is the
+same pure function's.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from nodeagent.agent.mirror import NodeMirror, ready
+from nodeagent.config import Config
+from nodeagent.context import Context
+from nodeagent.departure.worker import Departure
+from nodeagent.fence import marker
+from nodeagent.fence.decision import Step
+from nodeagent.fence.reason import EvacuatePolicy, marker_reason
+from nodeagent.kube.client import JSON, Kube, KubeError, node_path
+from nodeagent.kube.watch import Reflector
+from nodeagent.report import conditions, metrics
+from nodeagent.report.conditions import ConditionWriter
+from nodeagent.report.events import WARNING, EventRecorder
+
+log = logging.getLogger(__name__)
+
+
+class AfterStart:
+    """The `reconcile` loop body."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        kube: Kube,
+        mirror: NodeMirror,
+        departure: Departure,
+        events: EventRecorder,
+        report: ConditionWriter,
+        status: Callable[[str], None],
+    ) -> None:
+        self.cfg = cfg
+        self.kube = kube
+        self.mirror = mirror
+        self.departure = departure
+        self.events = events
+        self.report = report
+        self.status = status
+        self.beat: Callable[[], None] = lambda: None
+
+    def run(self, ctx: Context, beat: Callable[[], None]) -> None:
+        self.beat = beat
+        node = marker.get_node(self.kube, self.cfg.node_name)
+        unclean = self._check_unclean_shutdown(node)
+        node = self._wait_evacuation_over(node, ctx)
+        state = marker.NodeFence.of(node)
+        if ctx.cancelled or not _shutdown_marked(node):
+            self.status("running; node needs no uncordon")
+            return
+        self.status(f"waiting for node Ready to undo the {state.reason} cordon")
+        self._wait_node_ready(ctx)
+        if ctx.wait(self.cfg.uncordon.settle):
+            return
+        # Only the marker seen at start: a shutdown cordon taken since is not ours to undo.
+        signal = self.departure.settled(state.started_at, unclean)
+        while not signal.wait(time.monotonic() + 1.0):
+            if ctx.cancelled:
+                return
+            self.beat()  # the worker may be finishing a drain first
+        if signal.decision is None:
+            raise KubeError("the cordon was not undone; trying again")
+        if signal.decision.step is Step.UNCORDON:
+            self.status(f"running; {state.reason} cordon undone")
+        else:
+            self.status(f"running; the cordon stays: {signal.decision.why}")
+
+    def _evacuation_asked(self, node: JSON) -> bool:
+        return self.cfg.evacuate.policy != EvacuatePolicy.IGNORE and bool(
+            marker.first_taint(node, self.cfg.evacuate.taints)
+        )
+
+    def _wait_evacuation_over(self, node: JSON, ctx: Context) -> JSON:
+        """While an evacuate taint holds a shutdown-cordoned node, the evacuation takes the
+        cordon over (its marker then says evacuate); if the taint goes first, the cordon
+        is the shutdown's again and this returns to undo it."""
+
+        def held(n: JSON) -> bool:
+            return _shutdown_marked(n) and self._evacuation_asked(n)
+
+        if held(node):
+            self.status("running; node stays cordoned: it carries an evacuate taint")
+        while held(node) and not ctx.cancelled:
+            node = self.mirror.wait(lambda n: not held(n), 1.0) or node
+            self.beat()
+        return node
+
+    def _wait_node_ready(self, ctx: Context) -> None:
+        wanted = self.cfg.uncordon.wait_for_daemonsets
+        # The node's pods matter only when named DaemonSets must be Ready first.
+        pods = Reflector(
+            self.kube,
+            "/api/v1/pods",
+            resource="pods",
+            field_selector=f"spec.nodeName={self.cfg.node_name}",
+        )
+        if wanted:
+            pods.start()
+
+        def can_run_pods(node: JSON | None) -> bool:
+            return ctx.cancelled or (
+                node is not None and ready(node) and _daemonsets_ready(pods.snapshot(), wanted)
+            )
+
+        try:
+            warn_at = time.monotonic() + self.cfg.uncordon.ready_timeout
+            while not can_run_pods(self.mirror.get()):
+                self.mirror.wait(can_run_pods, 1.0)
+                self.beat()
+                if time.monotonic() > warn_at:
+                    # Taking pods before the node can run them is worse than waiting:
+                    # say so once, loudly, and keep waiting.
+                    warn_at = float("inf")
+                    node = self.mirror.get()
+                    self._not_ready_yet([node] if node else [], wanted)
+        finally:
+            pods.stop()
+
+    def _not_ready_yet(self, nodes: list[JSON], wanted: list[str]) -> None:
+        waiting = (
+            "the node to be Ready"
+            if not any(ready(n) for n in nodes)
+            else (f"Ready pods of {', '.join(wanted)}")
+        )
+        message = (
+            f"Still waiting for {waiting} after {self.cfg.uncordon.ready_timeout:.0f}s; "
+            "the node stays cordoned until then"
+        )
+        log.warning("%s", message)
+        self.status(message)
+        if nodes:
+            self.events.node(nodes[0], "UncordonDelayed", message, WARNING)
+
+    def _check_unclean_shutdown(self, node: JSON) -> bool:
+        """A new boot without a drain record for the last one is a departure nobody drained."""
+        current = marker.boot_id(node)
+        ann = node["metadata"].get("annotations") or {}
+        previous = ann.get(marker.LAST_BOOT_ID, "")
+        state = marker.NodeFence.of(node)
+        unclean = False
+        if previous and current and previous != current:
+            drained = state.marked and state.boot_id == previous and state.result
+            if not drained:
+                unclean = True
+                metrics.PREVIOUS_BOOT_UNCLEAN.set(1)
+                self.events.node(
+                    node,
+                    "UncleanShutdown",
+                    f"Boot {previous} ended without a drain by nodeagent",
+                    WARNING,
+                )
+                self.report.set(conditions.unclean_shutdown(previous))
+                log.warning("previous boot %s ended without a drain", previous)
+        if current and previous != current:
+            self.kube.merge_patch(
+                node_path(self.cfg.node_name),
+                {"metadata": {"annotations": {marker.LAST_BOOT_ID: current}}},
+            )
+        return unclean
+
+
+def _shutdown_marked(node: JSON) -> bool:
+    state = marker.NodeFence.of(node)
+    reason = marker_reason(state.reason)
+    return state.marked and reason is not None and reason.shutdown
+
+
+def _daemonsets_ready(pods: list[JSON], wanted: list[str]) -> bool:
+    """Each named DaemonSet ("namespace/name") has a Ready pod on this node."""
+    for item in wanted:
+        ns, _, name = item.partition("/")
+        if not any(_pod_of_daemonset(p, ns, name) and ready(p) for p in pods):
+            return False
+    return True
+
+
+def _pod_of_daemonset(pod: JSON, namespace: str, name: str) -> bool:
+    refs = pod["metadata"].get("ownerReferences") or []
+    return pod["metadata"]["namespace"] == namespace and any(
+        r.get("kind") == "DaemonSet" and r.get("name") == name for r in refs
+    )

@@ -1,0 +1,127 @@
+"""SIGTERM: work out why the agent is being stopped, and drain when the policy says so.
+
+In the host form SIGTERM is the fallback for a shutdown logind did not announce (one that
+bypassed logind, `systemctl stop`), and systemd's job queue says which it is. In the pod
+form a SIGTERM is a rollout, an uninstall or an eviction of the agent's own pod, and starts
+a drain only inside a shutdown logind announced. A shutdown already announced by logind is
+waited for: exiting would kill its drain midway.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from nodeagent.config import Config
+from nodeagent.departure.worker import Departure, Signal
+from nodeagent.fence.reason import Reason
+from nodeagent.host.logindconf import FINISH_GRACE
+from nodeagent.report import metrics
+from nodeagent.report.conditions import ConditionWriter, ReadyReason
+from nodeagent.report.readiness import Readiness
+
+log = logging.getLogger(__name__)
+
+ANNOUNCED_SLACK = 2.0  # beyond a logind drain's own deadline and finish grace
+
+
+class StopHandler:
+    """What the daemon does with its SIGTERM, once, on the main thread."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        departure: Departure,
+        readiness: Readiness,
+        report: ConditionWriter,
+        announce: Callable[[bool, Reason], None],
+        status: Callable[[str], None],
+    ) -> None:
+        self.cfg = cfg
+        self.departure = departure
+        self.readiness = readiness
+        self.report = report
+        self.announce = announce  # as if logind had said PrepareForShutdown
+        self.status = status
+
+    def on_stop(self) -> None:
+        announced = self.departure.announced()
+        if announced is not None:
+            self._finish_announced(announced)
+            return
+        if self.cfg.form == "pod":
+            self._pod_stopping()
+            return
+        from nodeagent.host.logind import why_stopping
+
+        evidence = why_stopping()
+        reason = evidence.kind
+        log.info("stopping: reason %s (evidence: %s)", reason, ", ".join(evidence.jobs) or "none")
+        if reason is Reason.REMOVE:
+            # The package is going away, the node is not: no drain, whatever the policy. The
+            # heartbeat stops here, so say so instead of leaving a condition that looks alive.
+            self.status("SIGTERM: package removal, no drain")
+            self.readiness.removed()
+            return
+        deadline = time.monotonic() + self.cfg.drain.deadline
+        signal = self.departure.shutdown(reason, deadline, "SIGTERM")
+        signal.wait(deadline + FINISH_GRACE + ANNOUNCED_SLACK)
+
+    def check_termination_grace(self) -> None:
+        """At start in the pod form: a pod grace shorter than the drain deadline means the
+        kubelet's graceful node shutdown, where on, would kill the agent mid-drain."""
+        grace = self.cfg.shutdown.termination_grace
+        if self.cfg.form == "pod" and grace and grace < self.cfg.drain.deadline + FINISH_GRACE:
+            self._grace_too_short(
+                f"terminationGracePeriodSeconds {grace:.0f}s is shorter than the drain deadline "
+                f"{self.cfg.drain.deadline:.0f}s: the kubelet's graceful node shutdown, if on, "
+                "kills this agent mid-drain"
+            )
+
+    def _finish_announced(self, signal: Signal) -> None:
+        """logind's drain is under way (or queued): exiting now would kill it midway."""
+        until = signal.deadline + FINISH_GRACE + ANNOUNCED_SLACK
+        if signal.done.is_set():
+            return
+        self.status("stopping; waiting for the logind-triggered drain")
+        if self.cfg.form == "pod":
+            self._report_grace(until - time.monotonic())
+        signal.wait(until)
+
+    def _pod_stopping(self) -> None:
+        """The pod's SIGTERM: a rollout, `helm uninstall` or an eviction never drains.
+
+        Only when logind says a shutdown is under way that this agent has not handled
+        (it started, or got its bus back, in the middle of it) does it drain, exactly as
+        for PrepareForShutdown(true).
+        """
+        from nodeagent.host.logind import preparing_for_shutdown
+
+        if not (self.cfg.shutdown.use_logind and preparing_for_shutdown()):
+            self.status("pod stopping (rollout, uninstall or eviction), not a shutdown: no drain")
+            return
+        self.announce(True, Reason.UNKNOWN)
+        signal = self.departure.announced()
+        if signal is not None:
+            self.status("stopping inside a shutdown; draining first")
+            signal.wait(signal.deadline + FINISH_GRACE + ANNOUNCED_SLACK)
+
+    def _report_grace(self, needed: float) -> None:
+        """SIGTERM mid-drain in a pod: the kubelet's graceful node shutdown is stopping it
+        with grace min(terminationGracePeriodSeconds, shutdownGracePeriodCriticalPods).
+        The second is the kubelet's and not visible here, so this is always reported: the
+        supported setting is that shutdown off."""
+        grace = self.cfg.shutdown.termination_grace
+        bound = f"at most {grace:.0f}s" if grace else "unknown"
+        self._grace_too_short(
+            f"The kubelet's graceful node shutdown stopped this agent {needed:.0f}s before its "
+            f"drain deadline, with a grace of {bound} (and no more than the kubelet's "
+            "shutdownGracePeriodCriticalPods): turn it off, or keep both above the deadline"
+        )
+        self.report.flush(min(2.0, max(0.1, needed)))
+
+    def _grace_too_short(self, message: str) -> None:
+        log.warning("%s", message)
+        metrics.TERMINATION_GRACE_SHORT.set(1)
+        self.readiness.note(ReadyReason.TERMINATION_GRACE_TOO_SHORT, message)

@@ -1,0 +1,361 @@
+"""The node's departure: one queue of what happened, one worker that acts on it.
+
+Everything that may change who holds the node arrives here as a `Signal`: logind's
+PrepareForShutdown true and false, SIGTERM, every change of the own Node (an evacuate
+taint added or removed), and the moment after start when the node can run pods again.
+One worker takes them in order, observes the Node, asks `decide` what should be, and
+hands that to the executor; their order is the queue's.
+
+A drain can take minutes, and some signals cannot wait behind it: a cancelled shutdown,
+a shutdown arriving during an evacuation, an evacuate taint removed mid-drain. Those
+cancel the running drain's `Context` from the producer's thread, then queue as usual.
+See docs/architecture.md for the flows.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from nodeagent.config import Config
+from nodeagent.context import Context
+from nodeagent.departure.executor import FenceExecutor
+from nodeagent.drain.engine import DrainResult
+from nodeagent.fence import marker
+from nodeagent.fence.decision import Decision, Observed, Occasion, Step, decide
+from nodeagent.fence.reason import EvacuatePolicy, Policy, Reason
+from nodeagent.host.logindconf import FINISH_GRACE
+from nodeagent.kube.client import JSON, Kube, KubeError
+from nodeagent.report import conditions
+from nodeagent.report.conditions import ConditionWriter
+from nodeagent.report.events import EventRecorder
+
+log = logging.getLogger(__name__)
+
+RETRY_BLOCKED = 30.0  # seconds between drains of a node whose evacuation hit its deadline
+CANCEL_BUDGET = 60.0  # undoing the fence after a cancel (nothing is going down then)
+IDLE_WAKE = 5.0  # the worker beats at least this often while idle
+
+
+@dataclass
+class Signal:
+    """One thing that happened, queued for the worker; `done` is set once handled."""
+
+    occasion: Occasion
+    reason: Reason | None = None  # SHUTDOWN
+    deadline: float = math.inf  # SHUTDOWN: fixed when the signal arrived
+    source: str = ""  # SHUTDOWN: "logind" or "SIGTERM"
+    generation: int | None = None  # logind's PrepareForShutdown count; None for SIGTERM
+    started_at: str = ""  # SETTLED: the marker seen at start
+    unclean: bool = False  # SETTLED: the previous boot ended without a drain
+    after: Callable[[], None] | None = None  # run once handled (release logind's lock)
+    done: threading.Event = field(default_factory=threading.Event)
+    decision: Decision | None = None  # what the worker decided, once handled
+
+    def wait(self, until: float) -> bool:
+        return self.done.wait(max(0.0, until - time.monotonic()))
+
+
+@dataclass
+class _Running:
+    reason: Reason
+    ctx: Context
+
+
+class Departure:
+    """Owns the node while it departs or is evacuated. Producers call `shutdown`,
+    `cancel`, `observe` and `settled` from any thread; `run` is the worker's loop body."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        kube: Kube,
+        events: EventRecorder,
+        report: ConditionWriter,
+        status: Callable[[str], None],
+        send: Callable[..., None],
+    ) -> None:
+        self.cfg = cfg
+        self.kube = kube
+        self.executor = FenceExecutor(cfg, kube, events, report, self._progress)
+        self.status = status
+        self.send = send
+        self.beat: Callable[[], None] = lambda: None
+        self._queue: queue.SimpleQueue[Signal] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._generation = 0
+        self._announced: Signal | None = None  # the shutdown signal not yet cancelled
+        self._owner: Reason | None = None  # the shutdown that owns the node
+        self._running: _Running | None = None
+        self._node: JSON | None = None  # the latest own Node observed
+        self._node_queued = False
+        # Memory the Node cannot hold (see Observed).
+        self._drained_under_persons_cordon = False
+        self._retry_at = 0.0
+
+    # -- producers (any thread) ---------------------------------------------------
+
+    def shutdown(
+        self,
+        reason: Reason,
+        deadline: float,
+        source: str,
+        generation: int | None = None,
+        after: Callable[[], None] | None = None,
+    ) -> Signal:
+        """The node is going down (or the agent is stopped) for `reason`."""
+        signal = Signal(Occasion.SHUTDOWN, reason, deadline, source, generation, after=after)
+        with self._lock:
+            if generation is not None:
+                self._generation = generation
+            self._announced = signal
+            running = self._running
+        if running and running.reason is Reason.EVACUATE:
+            running.ctx.cancel()  # the shutdown owns the node from here
+        self._queue.put(signal)
+        return signal
+
+    def cancel(self, generation: int) -> Signal:
+        """logind called the shutdown off: stop its drain now, undo the fence next."""
+        log.info("shutdown cancelled; undoing the fence")
+        signal = Signal(Occasion.CANCELLED, generation=generation)
+        with self._lock:
+            self._generation = generation
+            self._announced = None
+            running = self._running
+        if running and running.reason is not Reason.EVACUATE:
+            running.ctx.cancel()
+        self._queue.put(signal)
+        return signal
+
+    def observe(self, node: JSON) -> None:
+        """A change of the own Node, from its watch; never blocks."""
+        with self._lock:
+            self._node = node
+            queued, self._node_queued = self._node_queued, True
+            running = self._running
+        if running and running.reason is Reason.EVACUATE and not self._evacuation_asked(node):
+            log.info("evacuate taint removed during the drain; stopping it")
+            running.ctx.cancel()
+        if not queued:
+            self._queue.put(Signal(Occasion.NODE))
+
+    def settled(self, started_at: str, unclean: bool) -> Signal:
+        """After start, the node runs pods again: undo the shutdown cordon seen at start."""
+        signal = Signal(Occasion.SETTLED, started_at=started_at, unclean=unclean)
+        self._queue.put(signal)
+        return signal
+
+    def announced(self) -> Signal | None:
+        """The shutdown signal under way (queued or being handled), unless cancelled."""
+        with self._lock:
+            return self._announced
+
+    # -- the worker ---------------------------------------------------------------
+
+    def run(self, ctx: Context, beat: Callable[[], None]) -> None:
+        """Loop body: handle signals in order until `ctx` is cancelled; `beat` whenever
+        alive (idle, between signals, at every drain progress)."""
+        self.beat = beat
+        with self._lock:
+            # After a restart (the last signal raised), act again on the last Node seen.
+            if self._node is not None and not self._node_queued:
+                self._node_queued = True
+                self._queue.put(Signal(Occasion.NODE))
+        while not ctx.cancelled:
+            try:
+                signal = self._queue.get(timeout=self._idle_wait())
+            except queue.Empty:
+                self.beat()
+                self._retry_if_due()
+                continue
+            self.beat()
+            try:
+                self._handle(signal, ctx)
+            finally:
+                signal.done.set()
+                if signal.after is not None:
+                    signal.after()
+
+    def _idle_wait(self) -> float:
+        if self._retry_at:
+            return max(0.01, min(IDLE_WAKE, self._retry_at - time.monotonic()))
+        return IDLE_WAKE
+
+    def _retry_if_due(self) -> None:
+        if self._retry_at and time.monotonic() >= self._retry_at:
+            self._retry_at = 0.0
+            self.observe(marker.get_node(self.kube, self.cfg.node_name))
+
+    def _handle(self, signal: Signal, ctx: Context) -> None:
+        if signal.occasion is Occasion.SHUTDOWN:
+            self._shutdown(signal, ctx)
+        elif signal.occasion is Occasion.CANCELLED:
+            self._cancelled(signal, ctx)
+        elif signal.occasion is Occasion.SETTLED:
+            self._settled(signal, ctx)
+        else:
+            self._node_changed(ctx)
+
+    def _shutdown(self, signal: Signal, ctx: Context) -> None:
+        reason = signal.reason or Reason.UNKNOWN
+        with self._lock:
+            if signal.generation is not None and signal.generation != self._generation:
+                return  # cancelled (or superseded) before it started
+            if self._owner is not None:
+                return  # this shutdown is already handled
+        policy = self.cfg.shutdown.policy(reason)
+        self.status(f"{signal.source}: {reason}, policy {policy}")
+        decision = decide(self._observe(Occasion.SHUTDOWN, shutdown=reason, policy=policy))
+        signal.decision = decision
+        if decision.step is Step.NOTHING:
+            return
+        budget = max(0.0, signal.deadline - time.monotonic())
+        self.send(f"EXTEND_TIMEOUT_USEC={int((budget + 10) * 1e6)}")
+        try:
+            result = self._apply(
+                decision,
+                ctx.with_deadline(signal.deadline + FINISH_GRACE),
+                generation=signal.generation,
+                owner=reason,
+            )
+        except KubeError as exc:
+            log.error("shutdown drain failed: %s", exc)
+            self.status(f"drain for {reason} failed: {exc}")
+            return
+        if result is not None:
+            self.status(f"drain for {reason}: {result.outcome} in {result.seconds:.1f}s")
+
+    def _cancelled(self, signal: Signal, ctx: Context) -> None:
+        with self._lock:
+            if signal.generation != self._generation:
+                return  # a new shutdown came meanwhile and owns the node
+            self._owner = None
+        try:
+            with ctx.with_timeout(CANCEL_BUDGET) as bounded:
+                node = marker.get_node(self.kube.bounded(bounded.deadline), self.cfg.node_name)
+                decision = decide(self._observe(Occasion.CANCELLED, node=node))
+                signal.decision = decision
+                self.executor.apply(decision, node, bounded)
+        except KubeError as exc:
+            log.warning("could not undo the cordon after the cancel: %s", exc)
+        self._node_changed(ctx)  # an evacuate taint, if any, applies again
+
+    def _settled(self, signal: Signal, ctx: Context) -> None:
+        node = marker.get_node(self.kube, self.cfg.node_name)
+        observed = self._observe(
+            Occasion.SETTLED, node=node, started_at=signal.started_at, unclean=signal.unclean
+        )
+        signal.decision = decide(observed)
+        self._apply(signal.decision, ctx.child(), node)
+
+    def _node_changed(self, ctx: Context) -> None:
+        with self._lock:
+            node, self._node_queued = self._node, False
+        if node is None:
+            return
+        fence = marker.NodeFence.of(node)
+        if not fence.cordoned_by_other or not self._evacuate_taint(node):
+            self._drained_under_persons_cordon = False  # that person's cordon is gone
+        decision = decide(self._observe(Occasion.NODE, node=node))
+        if decision.step is Step.DRAIN:
+            # Our own writes (cordon, result) may not have reached the watch yet: decide
+            # on the Node as the API has it now before starting a drain.
+            node = marker.get_node(self.kube, self.cfg.node_name)
+            if decide(self._observe(Occasion.NODE, node=node)).step is not Step.DRAIN:
+                return
+        if decision.step is not Step.NOTHING:
+            log.info(
+                "evacuate: %s (taint %s, policy %s)",
+                decision.step.value,
+                self._evacuate_taint(node) or "-",
+                self.cfg.evacuate.policy,
+            )
+        result = self._apply(decision, ctx.child(), node)
+        if result is None:
+            return
+        if result.blocked:  # the deadline passed, or pods are held or stuck
+            self._retry_at = time.monotonic() + RETRY_BLOCKED
+        elif result.outcome in ("drained", "forced") and not result.cordoned:
+            self._drained_under_persons_cordon = True
+
+    def _apply(
+        self,
+        decision: Decision,
+        ctx: Context,
+        node: JSON | None = None,
+        *,
+        generation: int | None = None,
+        owner: Reason | None = None,
+    ) -> DrainResult | None:
+        """Apply with `ctx` registered as the running one, so producers can cancel it.
+
+        A shutdown's (`owner`) is skipped when a cancel got in first: the generation is
+        checked and the context registered under the lock the producers take.
+        """
+        with self._lock:
+            if generation is not None and generation != self._generation:
+                ctx.release()
+                return None  # cancelled while it was being set up
+            if owner is not None:
+                self._owner = owner
+            self._running = _Running(decision.reason or Reason.UNKNOWN, ctx)
+        try:
+            with ctx:
+                node = node or self._node or {"metadata": {"name": self.cfg.node_name}}
+                return self.executor.apply(decision, node, ctx).result
+        finally:
+            with self._lock:
+                self._running = None
+
+    def _progress(self, reason: Reason, message: str) -> None:
+        """A drain's progress: alive for the watchdog and, at shutdown, for systemd."""
+        self.beat()
+        if reason is Reason.EVACUATE:
+            log.info("evacuate: %s", message)
+            return
+        self.send(f"STATUS=draining: {message}", "EXTEND_TIMEOUT_USEC=30000000")
+        log.info("%s", message)
+
+    # -- observation ----------------------------------------------------------------
+
+    def _observe(
+        self,
+        occasion: Occasion,
+        *,
+        node: JSON | None = None,
+        shutdown: Reason | None = None,
+        policy: Policy = Policy.NONE,
+        started_at: str = "",
+        unclean: bool = False,
+    ) -> Observed:
+        node = node or self._node or {"metadata": {"name": self.cfg.node_name}, "spec": {}}
+        with self._lock:
+            owner = shutdown or self._owner
+        return Observed(
+            occasion=occasion,
+            fence=marker.NodeFence.of(node),
+            boot_id=marker.boot_id(node),
+            taint=self._evacuate_taint(node),
+            evacuate_policy=EvacuatePolicy(self.cfg.evacuate.policy),
+            shutdown=owner,
+            shutdown_policy=policy,
+            started_at=started_at,
+            unclean=unclean,
+            drained_under_persons_cordon=self._drained_under_persons_cordon,
+            retry_pending=time.monotonic() < self._retry_at,
+            reports_evacuation=conditions.describes_drain_for(node, Reason.EVACUATE),
+        )
+
+    def _evacuate_taint(self, node: JSON) -> str:
+        return marker.first_taint(node, self.cfg.evacuate.taints)
+
+    def _evacuation_asked(self, node: JSON) -> bool:
+        return self.cfg.evacuate.policy != EvacuatePolicy.IGNORE and bool(
+            self._evacuate_taint(node)
+        )

@@ -1,0 +1,198 @@
+"""Who holds the node, decided from what is observed: one pure function, no I/O.
+
+`decide` maps what the agent sees (the Node's marker and taints, the shutdown that owns
+the node if any, what just happened) to the one fence step that should follow. The
+departure worker gathers the observation and hands the decision to the executor, the only
+code that cordons, uncordons or drains. See docs/architecture.md for the flows.
+
+The precedence, highest first:
+1. A shutdown owns the node: only its own policy acts; evacuations and undoing wait.
+2. A shutdown just called off: its fence goes, unless an evacuate taint wants the node
+   cordoned, in which case the cordon is handed over to the evacuation.
+3. The agent just started and the node can run pods again: a shutdown cordon left from
+   before is undone (only the very marker seen at start).
+4. The Node as it is now: an evacuate taint fences per its policy; its removal undoes
+   what the evacuation did. A person's cordon is never undone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from nodeagent.fence.marker import NodeFence
+from nodeagent.fence.reason import (
+    GOING_DOWN,
+    SHUTDOWN_REASONS,
+    EvacuatePolicy,
+    Policy,
+    Reason,
+    marker_reason,
+)
+from nodeagent.report import conditions
+from nodeagent.report.conditions import Condition
+
+FINISHED = ("drained", "forced")  # drain results after which a node needs no new drain
+
+
+class Occasion(Enum):
+    """What prompted the decision."""
+
+    SHUTDOWN = "shutdown"  # logind's PrepareForShutdown(true), or SIGTERM
+    CANCELLED = "cancelled"  # PrepareForShutdown(false)
+    SETTLED = "settled"  # after start: the node is Ready (and settled) again
+    NODE = "node"  # the Node changed, or a retry came due
+
+
+class Step(Enum):
+    NOTHING = "nothing"
+    CORDON = "cordon"
+    DRAIN = "drain"
+    UNCORDON = "uncordon"
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything a decision reads. Built by the departure worker from the API's Node."""
+
+    occasion: Occasion
+    fence: NodeFence
+    boot_id: str  # the Node's current boot ID
+    taint: str = ""  # the first configured evacuate taint on the Node, or ""
+    evacuate_policy: EvacuatePolicy = EvacuatePolicy.EVACUATE
+    # The shutdown that owns the node (set from the shutdown's occasion until cancelled).
+    shutdown: Reason | None = None
+    shutdown_policy: Policy = Policy.NONE  # for occasion SHUTDOWN: what its reason asks
+    started_at: str = ""  # for occasion SETTLED: the marker seen when the agent started
+    unclean: bool = False  # the previous boot ended without a drain (its condition stays)
+    # Memory the Node cannot hold: an evacuation already drained under a person's
+    # cordon (no marker records it), and a blocked evacuation waiting for its retry.
+    drained_under_persons_cordon: bool = False
+    retry_pending: bool = False
+    reports_evacuation: bool = False  # NodeAgentDrained still describes an evacuation
+
+    @property
+    def evacuation_requested(self) -> bool:
+        return bool(self.taint) and self.evacuate_policy is not EvacuatePolicy.IGNORE
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One step, and what to say about it (Event message when the write happened,
+    NodeAgentDrained condition to report afterwards)."""
+
+    step: Step
+    reason: Reason | None = None  # the marker's reason for CORDON and DRAIN
+    # CORDON and DRAIN: the agent's own marker with one of these reasons, written in this
+    # boot, stays as it is (an evacuation never takes over a shutdown going down).
+    keep: frozenset[Reason] = frozenset()
+    # UNCORDON: only a marker with one of these reasons, and with `started_at` if given.
+    undo: frozenset[Reason] = frozenset()
+    started_at: str = ""
+    event: str = ""
+    condition: Condition | None = None
+    why: str = ""
+
+
+NOTHING = Decision(Step.NOTHING)
+
+
+def decide(o: Observed) -> Decision:
+    """The fence step the observation asks for."""
+    if o.occasion is Occasion.SHUTDOWN:
+        return _shutdown(o)
+    if o.shutdown is not None:
+        return Decision(Step.NOTHING, why=f"the {o.shutdown} shutdown owns the node")
+    if o.occasion is Occasion.CANCELLED:
+        return _cancelled(o)
+    if o.occasion is Occasion.SETTLED:
+        return _settled(o)
+    return _node(o)
+
+
+def _shutdown(o: Observed) -> Decision:
+    reason = o.shutdown or Reason.UNKNOWN
+    if o.shutdown_policy is Policy.CORDON:
+        return Decision(Step.CORDON, reason, why=f"{reason}: policy cordon")
+    if o.shutdown_policy is Policy.DRAIN:
+        return Decision(Step.DRAIN, reason, why=f"{reason}: policy drain")
+    return Decision(Step.NOTHING, why=f"{reason}: policy none")
+
+
+def _cancelled(o: Observed) -> Decision:
+    if o.evacuation_requested:
+        # Rewrite the marker to the evacuation's, so the shutdown's cordon of this boot
+        # is not kept as one that is still going down.
+        return Decision(Step.CORDON, Reason.EVACUATE, why="shutdown cancelled; evacuate taint")
+    return Decision(
+        Step.UNCORDON,
+        undo=SHUTDOWN_REASONS,
+        event="Shutdown cancelled",
+        condition=conditions.not_draining("Shutdown cancelled"),
+        why="shutdown cancelled",
+    )
+
+
+def _settled(o: Observed) -> Decision:
+    fence = o.fence
+    reason = _shutdown_reason(fence)
+    if reason is None or o.evacuation_requested:
+        return Decision(Step.NOTHING, why="no shutdown cordon to undo")
+    message = f"Uncordoned after {reason}"
+    return Decision(
+        Step.UNCORDON,
+        undo=SHUTDOWN_REASONS,
+        started_at=o.started_at,
+        event=message,
+        condition=None if o.unclean else conditions.not_draining(message),
+        why=f"after start: the {reason} cordon",
+    )
+
+
+def _node(o: Observed) -> Decision:
+    fence = o.fence
+    if not o.taint:
+        if fence.marked and fence.reason == Reason.EVACUATE:
+            return Decision(
+                Step.UNCORDON,
+                undo=frozenset({Reason.EVACUATE}),
+                event="Evacuate taint removed; uncordoned",
+                condition=conditions.not_draining("Evacuate taint removed"),
+                why="evacuate taint removed",
+            )
+        if o.reports_evacuation:
+            return Decision(
+                Step.NOTHING, condition=conditions.not_draining("Evacuate taint removed")
+            )
+        return NOTHING
+    policy = o.evacuate_policy
+    if policy is EvacuatePolicy.IGNORE:
+        return NOTHING
+    if fence.cordoned_by_other and policy is EvacuatePolicy.NO_SCHEDULE:
+        return NOTHING  # a person's cordon already keeps pods off
+    ours = fence.cordoned_by_agent and fence.reason == Reason.EVACUATE
+    if policy is EvacuatePolicy.NO_SCHEDULE:
+        if ours:
+            return NOTHING
+        return Decision(
+            Step.CORDON,
+            Reason.EVACUATE,
+            keep=GOING_DOWN,
+            event="Cordoned by nodeagent (evacuate taint)",
+            why=f"taint {o.taint}, policy NoSchedule",
+        )
+    if ours and fence.result in FINISHED:
+        return NOTHING
+    if o.drained_under_persons_cordon and fence.cordoned_by_other:
+        return NOTHING  # drained under a person's cordon: no marker records it
+    if o.retry_pending:
+        return NOTHING  # the last drain hit its deadline; the retry comes back to it
+    return Decision(
+        Step.DRAIN, Reason.EVACUATE, keep=GOING_DOWN, why=f"taint {o.taint}, policy Evacuate"
+    )
+
+
+def _shutdown_reason(fence: NodeFence) -> Reason | None:
+    """The shutdown reason of the agent's marker, if it is one."""
+    reason = marker_reason(fence.reason) if fence.marked else None
+    return reason if reason is not None and reason.shutdown else None

@@ -1,0 +1,63 @@
+"""The import graph keeps the architecture (docs/architecture.md): engines never import
+controllers, controllers never import each other, only the agent wires them together."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "nodeagent"
+
+# Engines and plain pieces: they act when called and decide nothing about the node's owner.
+ENGINES = {"kube", "fence", "drain", "report", "host", "context", "config"}
+# Controllers: each runs its own loop over what it watches.
+CONTROLLERS = {"departure", "rejection"}
+# The wiring: may import anything.
+WIRING = {"agent", "cli", "__main__", "__init__"}
+
+
+def layer_of(module: str) -> str:
+    """The top-level part of `nodeagent.x.y` (x), or '' outside the package."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "nodeagent" and len(parts) > 1 else ""
+
+
+def imports() -> list[tuple[str, str]]:
+    """(importing part, imported part) for every import of the package by itself."""
+    edges = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        importer = layer_of(".".join(rel.parts))
+        for node in ast.walk(ast.parse(path.read_text())):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            for name in names:
+                imported = layer_of(name)
+                if imported and imported != importer and imported in ENGINES | CONTROLLERS | WIRING:
+                    edges.append((importer, imported))
+    return sorted(set(edges))
+
+
+def test_every_part_has_a_layer() -> None:
+    parts = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()}
+    parts -= {"__pycache__"}
+    assert parts <= ENGINES | CONTROLLERS | WIRING, parts - (ENGINES | CONTROLLERS | WIRING)
+
+
+def test_engines_never_import_controllers_or_the_wiring() -> None:
+    bad = [(a, b) for a, b in imports() if a in ENGINES and b in CONTROLLERS | WIRING]
+    assert bad == []
+
+
+def test_controllers_never_import_each_other_or_the_wiring() -> None:
+    bad = [(a, b) for a, b in imports() if a in CONTROLLERS and b in CONTROLLERS | WIRING]
+    assert bad == []
+
+
+def test_the_graph_is_seen() -> None:
+    # The checks above would pass on an empty graph: make sure the walk finds real edges.
+    edges = imports()
+    assert ("departure", "drain") in edges and ("agent", "departure") in edges
