@@ -233,9 +233,9 @@ class Departure:
 
     def _cancelled(self, signal: Signal, ctx: Context) -> None:
         with self._lock:
+            self._owner = None  # every cancel ends the shutdown, if one was handled
             if signal.generation != self._generation:
-                return  # a new shutdown came meanwhile and owns the node
-            self._owner = None
+                return  # a new shutdown came meanwhile: it decides about the fence
         try:
             with ctx.with_timeout(CANCEL_BUDGET) as bounded:
                 node = marker.get_node(self.kube.bounded(bounded.deadline), self.cfg.node_name)
