@@ -82,7 +82,8 @@ class Context:
 
     def wait(self, seconds: float) -> bool:
         """Sleep up to `seconds`, cut by the deadline; True when cancelled meanwhile."""
-        return self._done.wait(min(seconds, self.remaining()))
+        timeout = min(seconds, self.remaining())
+        return self._done.wait(None if timeout == math.inf else timeout)
 
     def _adopt(self, child: Context) -> None:
         with self._lock:

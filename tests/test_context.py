@@ -42,6 +42,9 @@ def test_wait_returns_on_cancel_and_is_cut_by_the_deadline() -> None:
     started = time.monotonic()
     assert ctx.wait(30) is True
     assert time.monotonic() - started < 5
+    forever = Context.background().child()
+    threading.Timer(0.05, forever.cancel).start()
+    assert forever.wait(float("inf")) is True  # no deadline, no timeout: until cancelled
     short = Context.background().with_timeout(0.05)
     assert short.wait(30) is False and short.expired and short.done and not short.cancelled
 

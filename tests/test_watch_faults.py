@@ -41,6 +41,7 @@ rules:
 TAINT = {"key": "nodeagent.io/evacuate", "effect": "NoSchedule"}
 CORDON = {"spec": {"unschedulable": True}}
 RESTARTS = "nodeagent_watch_restarts_total"
+LAST = "nodeagent_loop_last_success_timestamp_seconds"
 
 
 @dataclass
@@ -338,3 +339,22 @@ def test_one_pod_watch_serves_rejection_leftovers_and_drain(faulty: Faulty, tmp_
     assert own.outcome == "drained"
     ku.wait_until(lambda: pod_lists(faulty, user, offset) == 2, 10, "the own watch's list")
     events.flush()
+
+
+def test_the_daemon_watches_its_pods_once(
+    faulty: Faulty, agents: list[AgentProcess], tmp_path: Path
+) -> None:
+    """Rejection, the after-boot leftovers pass and an evacuation's drain: one list of
+    the node's pods (the shared watch's), where each used to list for itself."""
+    offset = faulty.audit_log.stat().st_size
+    rejection = {"enabled": True, "journal_dir": str(tmp_path / "journal")}
+    node, agent = start(faulty, agents, via_proxy=False, rejection=rejection)
+    ns = ku.namespace(faulty.kube, ku.unique("once"))
+    ku.bare_pod(faulty.kube, ns, "a", node)
+    ku.wait_running(faulty.kube, node, 1)
+    ku.wait_until(lambda: agent.metric(LAST, loop="leftovers"), 30, "the leftovers pass")
+
+    taint(faulty.kube, node)
+    ku.wait_until(lambda: not ku.pods_on(faulty.kube, node), 60, "the evacuation's drain")
+    time.sleep(1)  # the audit log is written as requests complete
+    assert pod_lists(faulty, f"system:nodeagent:{node}", offset) == 1

@@ -28,7 +28,7 @@ from nodeagent.host.nodelock import Holder, NodeLock
 from nodeagent.kube import identity
 from nodeagent.kube.client import JSON, READ_TIMEOUT, Kube, KubeError
 from nodeagent.kube.credentials import Identity
-from nodeagent.kube.watch import Reflector
+from nodeagent.kube.watch import Reflector, node_pods
 from nodeagent.report import metrics
 from nodeagent.report.conditions import ConditionWriter
 from nodeagent.report.events import EventRecorder
@@ -63,8 +63,16 @@ class Agent:
         self.mirror = NodeMirror()
         self.ctx = Context.background()
         self.loops: list[Loop] = []
+        # One watch of the node's pods for the drains, the rejection controller and the
+        # after-start steps; it runs while one of them holds it.
+        self.pods = node_pods(
+            kube,
+            self.node_name,
+            watch_seconds=NODE_WATCH_SECONDS,
+            on_restart=lambda _why: metrics.WATCH_RESTARTS.labels("pods").inc(),
+        )
         self.departure = Departure(
-            cfg, kube, self.events, self.report, self.notify.status, self.notify.send
+            cfg, kube, self.events, self.report, self.notify.status, self.notify.send, self.pods
         )
         self.lockholder = LogindLockHolder(
             cfg.drain.deadline,
@@ -83,7 +91,14 @@ class Agent:
             self.notify.status,
         )
         self.after_start = AfterStart(
-            cfg, kube, self.mirror, self.departure, self.events, self.report, self.notify.status
+            cfg,
+            kube,
+            self.mirror,
+            self.departure,
+            self.events,
+            self.report,
+            self.notify.status,
+            self.pods,
         )
         self._sigterm = threading.Event()
         self.node_lock = NodeLock(cfg.lock_file, cfg.form)
@@ -101,6 +116,10 @@ class Agent:
         self.stopping.check_termination_grace()
         if self.cfg.shutdown.logind_dropin:
             self._raise_logind_delay(self.cfg.shutdown.logind_dropin)
+        if self.cfg.rejection.enabled:
+            # The rejection loop watches the node's pods all along: started before the
+            # loops, the after-start steps find it running and read its mirror.
+            self.pods.start()
         for loop in self._loops():
             self._start_loop(loop)
         while not self._sigterm.wait(WATCHDOG_INTERVAL):
@@ -216,6 +235,7 @@ class Agent:
             self.events,
             loop.succeeded,
             may_recreate=may_recreate,
+            pods=self.pods,
         ).run(_event_of(ctx))
 
     def _check_rights(self, _ctx: Context) -> None:
@@ -266,7 +286,13 @@ class Agent:
                 return
             loop.beat()
         cleaner = LeftoverCleaner(
-            self.kube, self.node_name, self.cfg.leftovers, self.events, this_boot(), loop.beat
+            self.kube,
+            self.node_name,
+            self.cfg.leftovers,
+            self.events,
+            this_boot(),
+            loop.beat,
+            pods=self.pods,
         )
         cleaner.run()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 
 from nodeagent.agent.mirror import NodeMirror, ready
 from nodeagent.config import Config
@@ -40,7 +41,9 @@ class AfterStart:
         events: EventRecorder,
         report: ConditionWriter,
         status: Callable[[str], None],
+        pods: Reflector,
     ) -> None:
+        self.pods = pods  # the daemon's one watch of the node's pods
         self.cfg = cfg
         self.kube = kube
         self.mirror = mirror
@@ -99,21 +102,14 @@ class AfterStart:
     def _wait_node_ready(self, ctx: Context) -> None:
         wanted = self.cfg.uncordon.wait_for_daemonsets
         # The node's pods matter only when named DaemonSets must be Ready first.
-        pods = Reflector(
-            self.kube,
-            "/api/v1/pods",
-            resource="pods",
-            field_selector=f"spec.nodeName={self.cfg.node_name}",
-        )
-        if wanted:
-            pods.start()
+        pods = self.pods
 
         def can_run_pods(node: JSON | None) -> bool:
             return ctx.cancelled or (
                 node is not None and ready(node) and _daemonsets_ready(pods.snapshot(), wanted)
             )
 
-        try:
+        with pods.hold() if wanted else nullcontext():
             warn_at = time.monotonic() + self.cfg.uncordon.ready_timeout
             while not can_run_pods(self.mirror.get()):
                 self.mirror.wait(can_run_pods, 1.0)
@@ -124,8 +120,6 @@ class AfterStart:
                     warn_at = float("inf")
                     node = self.mirror.get()
                     self._not_ready_yet([node] if node else [], wanted)
-        finally:
-            pods.stop()
 
     def _not_ready_yet(self, nodes: list[JSON], wanted: list[str]) -> None:
         waiting = (

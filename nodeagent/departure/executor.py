@@ -15,13 +15,14 @@ from dataclasses import dataclass
 
 from nodeagent.config import Config
 from nodeagent.context import Context
-from nodeagent.drain.engine import Drain, DrainOptions, DrainResult
+from nodeagent.drain.engine import Drain, DrainOptions, DrainOutcome, DrainResult
 from nodeagent.drain.podfilter import FinishedPods
 from nodeagent.fence import marker
 from nodeagent.fence.decision import Decision, Step
 from nodeagent.fence.reason import GOING_DOWN, Reason
 from nodeagent.host.logindconf import FINISH_GRACE
 from nodeagent.kube.client import JSON, Kube
+from nodeagent.kube.watch import Reflector
 from nodeagent.report import conditions, metrics
 from nodeagent.report.conditions import ConditionWriter
 from nodeagent.report.events import EventRecorder
@@ -76,12 +77,14 @@ class FenceExecutor:
         events: EventRecorder,
         report: ConditionWriter,
         progress: Callable[[Reason, str], None],
+        pods: Reflector | None = None,
     ) -> None:
         self.cfg = cfg
         self.kube = kube
         self.events = events
         self.report = report
         self.progress = progress
+        self.pods = pods  # the daemon's one watch of the node's pods
 
     def apply(self, decision: Decision, node: JSON, ctx: Context) -> Applied:
         """Carry out `decision` on `node` (as last observed); every request ends by the
@@ -124,18 +127,22 @@ class FenceExecutor:
         finish = 0.0 if reason is Reason.EVACUATE else FINISH_GRACE
         options = drain_options(self.cfg, reason, max(0.0, ctx.remaining() - finish))
         drain = Drain(
-            self.kube, self.cfg.node_name, options, self.events, lambda m: self.progress(reason, m)
+            self.kube,
+            self.cfg.node_name,
+            options,
+            self.events,
+            lambda m: self.progress(reason, m),
+            pods=self.pods,
         )
-        ctx.on_cancel(drain.cancel)
         self.report.set(conditions.draining(reason))
-        result = drain.run()
+        result = drain.run(ctx)
         self._record(reason, result, ctx)
         return result
 
     def _record(self, reason: Reason, result: DrainResult, ctx: Context) -> None:
         metrics.DRAINS.labels(reason, result.outcome).inc()
         metrics.DRAIN_SECONDS.observe(result.seconds)
-        if result.outcome == "cancelled":
+        if result.outcome is DrainOutcome.CANCELLED:
             return  # whoever cancelled it reports what follows
         self.report.set(outcome_condition(reason, result))
         if reason is not Reason.EVACUATE:
@@ -145,7 +152,7 @@ class FenceExecutor:
 
 def outcome_condition(reason: str, result: DrainResult) -> conditions.Condition:
     """NodeAgentDrained for how a drain ended."""
-    if result.outcome in ("drained", "forced"):
+    if result.outcome in (DrainOutcome.DRAINED, DrainOutcome.FORCED):
         return conditions.drained(reason, result.seconds)
     if result.blocked:  # timed-out or incomplete: name every pod left and why
         pods = [f"{p.ref} ({p.detail})" for p in result.blocked]

@@ -27,10 +27,11 @@ from nodeagent.context import Context
 from nodeagent.departure.executor import FenceExecutor
 from nodeagent.drain.engine import DrainResult
 from nodeagent.fence import marker
-from nodeagent.fence.decision import Decision, Observed, Occasion, Step, decide
+from nodeagent.fence.decision import FINISHED, Decision, Observed, Occasion, Step, decide
 from nodeagent.fence.reason import EvacuatePolicy, Policy, Reason
 from nodeagent.host.logindconf import FINISH_GRACE
 from nodeagent.kube.client import JSON, Kube, KubeError
+from nodeagent.kube.watch import Reflector
 from nodeagent.report import conditions
 from nodeagent.report.conditions import ConditionWriter
 from nodeagent.report.events import EventRecorder
@@ -79,10 +80,11 @@ class Departure:
         report: ConditionWriter,
         status: Callable[[str], None],
         send: Callable[..., None],
+        pods: Reflector | None = None,
     ) -> None:
         self.cfg = cfg
         self.kube = kube
-        self.executor = FenceExecutor(cfg, kube, events, report, self._progress)
+        self.executor = FenceExecutor(cfg, kube, events, report, self._progress, pods)
         self.status = status
         self.send = send
         self.beat: Callable[[], None] = lambda: None
@@ -281,7 +283,7 @@ class Departure:
             return
         if result.blocked:  # the deadline passed, or pods are held or stuck
             self._retry_at = time.monotonic() + RETRY_BLOCKED
-        elif result.outcome in ("drained", "forced") and not result.cordoned:
+        elif result.outcome in FINISHED and not result.cordoned:
             self._drained_under_persons_cordon = True
 
     def _apply(

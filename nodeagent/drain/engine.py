@@ -212,8 +212,7 @@ class Drain:
     """Drain one node. Construct, then `run(ctx)` once.
 
     The context bounds the drain (its deadline, if earlier than the options') and
-    cancels it: what is already evicted stays evicted, nothing new starts. `cancel()`
-    does the same for callers that hand it no context of their own.
+    cancels it: what is already evicted stays evicted, nothing new starts.
     """
 
     def __init__(
@@ -234,7 +233,6 @@ class Drain:
         self.events = events
         self.progress = progress
         self.result = DrainResult(node_name)
-        self._cancel = Context()  # cancel(): reaches the run's context, even before it
         # Set by run(): the drain's context (cancelled = called off) and its child for
         # the work, also cancelled when the drain is over or failed.
         self._ctx = Context()
@@ -254,7 +252,6 @@ class Drain:
     def run(self, ctx: Context | None = None) -> DrainResult:
         self._start = time.monotonic()
         with (ctx or Context.background()).with_timeout(self.opts.deadline) as self._ctx:
-            self._cancel.on_cancel(self._ctx.cancel)
             self._work = self._ctx.child()
             self._work.on_cancel(self._wake)
             self._deadline = self._ctx.deadline
@@ -273,10 +270,6 @@ class Drain:
                 if self._pdbs:
                     self._pdbs.stop()
                 self.result.seconds = time.monotonic() - self._start
-
-    def cancel(self) -> None:
-        """Stop promptly: no new evictions; what is already evicted stays evicted."""
-        self._cancel.cancel()
 
     @property
     def _cancelled(self) -> bool:
