@@ -167,7 +167,9 @@ class LeftoversConfig:
 
 @dataclass
 class ReportingConfig:
-    heartbeat_interval: float = duration("60s", minimum="1s")
+    # NodeAgentReady is refreshed when no condition was written for this long (the
+    # kubelet's own full-status cadence); liveness at finer grain is the metrics' job.
+    heartbeat_interval: float = duration("5m", minimum="1s")
     # "" is the one empty value with a meaning: no /metrics and /healthz server.
     metrics_address: str = field(
         default="127.0.0.1:9102", metadata={"empty_means": "off", "check": "address"}

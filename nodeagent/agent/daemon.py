@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from types import FrameType
 
 from nodeagent.agent.loops import Loop, Notifier
@@ -30,7 +31,7 @@ from nodeagent.kube.client import JSON, READ_TIMEOUT, Kube, KubeError
 from nodeagent.kube.credentials import Identity
 from nodeagent.kube.watch import Reflector, node_pods
 from nodeagent.report import metrics
-from nodeagent.report.conditions import ConditionWriter
+from nodeagent.report.conditions import ConditionWriter, heartbeat_wait
 from nodeagent.report.events import EventRecorder
 from nodeagent.report.readiness import Readiness
 
@@ -40,6 +41,7 @@ WATCHDOG_INTERVAL = 5.0
 # Own-Node and own-pods watches end and resume this often; it bounds how long a
 # blackholed connection goes unnoticed (reads time out 10 s after the window).
 NODE_WATCH_SECONDS = 60
+HEARTBEAT_RETRY = 30.0  # a failed heartbeat is tried again this soon
 
 
 class Agent:
@@ -125,6 +127,7 @@ class Agent:
         while not self._sigterm.wait(WATCHDOG_INTERVAL):
             if not self.stalled_loops():
                 self.notify.send("WATCHDOG=1")
+                metrics.HEARTBEAT.set_to_current_time()
         self.notify.send("STOPPING=1")
         if self.fatal:
             self.ctx.cancel()
@@ -264,16 +267,25 @@ class Agent:
                 metrics.LOOP_LAST_SUCCESS.labels(loop.name).set(seen)
 
     def _heartbeat(self, ctx: Context) -> None:
-        """Refresh NodeAgentReady; the only request the agent makes while idle."""
+        """Refresh NodeAgentReady once no condition was written for an interval: the only
+        request the agent makes while idle, a full Node write seen by every Node watcher,
+        so at the kubelet's own cadence (5 minutes) by default."""
         loop = self._loop("heartbeat")
+        interval = self.cfg.reporting.heartbeat_interval
         while True:
-            try:
-                self.report.write_latest(lambda: [self.readiness.condition])
-                loop.succeeded()
-            except KubeError as exc:
-                loop.beat()
-                log.warning("heartbeat failed: %s", exc)
-            if ctx.wait(self.cfg.reporting.heartbeat_interval):
+            wait = heartbeat_wait(self.report.last_write, time.monotonic(), interval)
+            if wait == 0.0:
+                try:
+                    self.report.write_latest(lambda: [self.readiness.condition])
+                    loop.succeeded()
+                    wait = interval
+                except KubeError as exc:
+                    loop.beat()
+                    log.warning("heartbeat failed: %s", exc)
+                    wait = min(interval, HEARTBEAT_RETRY)
+            else:
+                loop.succeeded()  # another write refreshed it
+            if ctx.wait(wait):
                 return
 
     def _clean_leftovers(self, ctx: Context) -> None:

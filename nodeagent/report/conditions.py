@@ -118,6 +118,14 @@ def unclean_shutdown(previous_boot: str) -> Condition:
     )
 
 
+def heartbeat_wait(last_write: float, now: float, interval: float) -> float:
+    """Seconds until NodeAgentReady needs refreshing (0: now). Every condition write
+    refreshes it, so the heartbeat waits for `interval` after the last write of any kind."""
+    if not last_write:
+        return 0.0
+    return max(0.0, last_write + interval - now)
+
+
 def find(obj: JSON, cond_type: str) -> JSON | None:
     for cond in (obj.get("status") or {}).get("conditions") or []:
         if cond.get("type") == cond_type:
@@ -152,6 +160,13 @@ class ConditionWriter:
         # One write at a time, so a heartbeat can never land an older condition after
         # the background writer landed a newer one.
         self._writing = threading.Lock()
+        self._ride_along: Callable[[], list[Condition]] = list
+        self.last_write = 0.0  # monotonic time of the last successful write (0: none yet)
+
+    def ride_along(self, conditions: Callable[[], list[Condition]]) -> None:
+        """Conditions refreshed with every write (NodeAgentReady): any write is then a
+        heartbeat too, and the heartbeat itself can wait for a quiet interval."""
+        self._ride_along = conditions
 
     def observe(self, node: JSON) -> None:
         with self._cond:
@@ -177,7 +192,13 @@ class ConditionWriter:
                 node = self.node
             if "status" not in node:  # not observed yet: keep transition times across restarts
                 node = self.kube.get(node_path(self.node_name))
-            self.observe(patch_node_conditions(self.kube, node, conditions()))
+            self._write(node, conditions())
+
+    def _write(self, node: JSON, conditions: list[Condition]) -> None:
+        given = {c.type for c in conditions}
+        extra = [c for c in self._ride_along() if c.type not in given]
+        self.observe(patch_node_conditions(self.kube, node, conditions + extra))
+        self.last_write = time.monotonic()
 
     def flush(self, timeout: float) -> bool:
         return self._idle.wait(timeout)
@@ -198,7 +219,7 @@ class ConditionWriter:
                 node = self.node
             try:
                 with self._writing:
-                    self.observe(patch_node_conditions(self.kube, node, batch))
+                    self._write(node, batch)
             except Exception as exc:  # the writer thread must outlive any failure
                 log.warning("could not write node conditions: %s; retrying", exc)
                 with self._cond:

@@ -31,6 +31,11 @@ EVENTS_DROPPED = Counter(
     "Kubernetes Events dropped unsent: too many were waiting (the API server down or slow)",
     registry=REGISTRY,
 )
+HEARTBEAT = Gauge(
+    "nodeagent_heartbeat_timestamp_seconds",
+    "Last time every loop of the agent was alive (every few seconds; costs the API nothing)",
+    registry=REGISTRY,
+)
 LOOP_LAST_SUCCESS = Gauge(
     "nodeagent_loop_last_success_timestamp_seconds",
     "Last time each long-running loop made progress",

@@ -21,6 +21,7 @@ class Readiness:
         self._notes: dict[ReadyReason, str] = {}
         self._removed = False
         self._lock = threading.Lock()
+        writer.ride_along(lambda: [self.condition])
 
     @property
     def condition(self) -> Condition:

@@ -86,12 +86,23 @@ KUBELET_RACE = (
 )
 
 
+# The agent refreshes NodeAgentReady at least every 5 minutes (reporting.heartbeat_interval):
+# two missed refreshes say it is not running, or cannot reach the API server.
+STALE_AFTER = 600.0
+
+
 def warnings(node: JSON) -> list[str]:
     """What the agent's own report says an operator must know, one line each."""
     ready = conditions.find(node, conditions.READY) or {}
     found = []
     if ready.get("reason") == conditions.ReadyReason.KUBELET_GRACEFUL_SHUTDOWN:
         found.append(KUBELET_RACE)
+    age = _heartbeat_age(node)
+    if age is not None and age > STALE_AFTER:
+        found.append(
+            f"the agent's heartbeat is stale ({age:.0f}s old): it is not running, or cannot "
+            "reach the API server; a shutdown now would not be drained"
+        )
     return found
 
 
