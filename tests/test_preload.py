@@ -20,6 +20,9 @@ PROBE = """
 import importlib, json, sys
 from nodeagent.host.preload import preload
 preload()
+if sys.argv[2] == "library":  # a client built on the client library, at start
+    from nodeagent.kube import library
+    library.import_modules()
 before = set(sys.modules)
 for name in json.loads(sys.argv[1]):
     try:
@@ -31,10 +34,17 @@ print(json.dumps([m for m in late if m.split(".")[0] not in sys.stdlib_module_na
 """
 
 
-def lazy_imports() -> list[str]:
-    """Modules imported inside functions in nodeagent/ (X and X.Y for `from X import Y`)."""
+# Imported only for a kubeconfig the client library must load, when the client is built.
+LIBRARY = REPO / "nodeagent" / "kube" / "library.py"
+
+
+def lazy_imports(library: bool = False) -> list[str]:
+    """Modules imported inside functions in nodeagent/ (X and X.Y for `from X import Y`),
+    outside the client library's module (or only in it)."""
     names: set[str] = set()
     for path in sorted((REPO / "nodeagent").rglob("*.py")):
+        if (path == LIBRARY) != library:
+            continue
         tree = ast.parse(path.read_text())
         top = set(map(id, tree.body))
         for node in ast.walk(tree):
@@ -51,15 +61,31 @@ def lazy_imports() -> list[str]:
 def test_lazy_imports_are_found() -> None:
     found = lazy_imports()
     assert "nodeagent.agent.daemon" in found and "jeepney" in found, found
+    assert "kubernetes.config" in lazy_imports(library=True)
 
 
-def test_nothing_is_loaded_after_preload() -> None:
+def late_modules(imports: list[str], mode: str) -> list[str]:
     out = subprocess.run(
-        [sys.executable, "-c", PROBE, json.dumps(lazy_imports())],
+        [sys.executable, "-c", PROBE, json.dumps(imports), mode],
         capture_output=True,
         text=True,
         timeout=120,
         check=True,
         cwd=REPO,
     )
-    assert json.loads(out.stdout) == []
+    return list(json.loads(out.stdout))
+
+
+def test_nothing_is_loaded_after_preload() -> None:
+    assert late_modules(lazy_imports(), "") == []
+
+
+def test_the_client_library_is_not_preloaded() -> None:
+    """Its memory is spent only by agents whose kubeconfig needs it."""
+    assert late_modules(["kubernetes.client"], "") != []
+
+
+def test_the_client_library_loads_all_it_uses_when_the_client_is_built() -> None:
+    """A client built on the library (an exec plugin) imports at start what it uses later;
+    tests/test_daemonset_identity.py checks that a refresh of the credential loads nothing."""
+    assert late_modules(lazy_imports(library=True), "library") == []

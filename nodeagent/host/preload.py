@@ -19,11 +19,12 @@ import nodeagent
 
 # Third-party modules the agent imports inside functions (tests/test_preload.py keeps this list
 # complete), with the submodules they load on first use.
+#
+# Not the `kubernetes` client library: it costs about 20 MB of memory, and only a kubeconfig
+# with an exec credential plugin (or an auth-provider, or a password) needs it. Building the
+# client for such a kubeconfig imports everything of it that is used later, at start
+# (nodeagent.kube.library.MODULES), which is when this list is loaded as well.
 THIRD_PARTY = (
-    "kubernetes",
-    "kubernetes.client",
-    "kubernetes.client.exceptions",
-    "kubernetes.config",
     "urllib3",
     "urllib3.exceptions",
     "jeepney",

@@ -1,8 +1,11 @@
 """A small JSON client for the Kubernetes API.
 
-The official client loads credentials (kubeconfig, exec plugins, in-cluster service
-account) and owns the connection pool; requests go through it but bodies stay plain
-dicts: building model objects for a hundred pods costs more than the drain itself.
+Bodies stay plain dicts (building model objects for a hundred pods costs more than the
+drain itself) and requests go through a urllib3 pool of our own (nodeagent.kube.session).
+Credentials come from a kubeconfig (nodeagent.kube.kubeconfig), the pod's service account
+(nodeagent.kube.endpoint) or, for exec plugins and the like only, the official client
+library (nodeagent.kube.library). API Priority and Fairness 429s are waited out here
+(nodeagent.kube.throttle).
 """
 
 from __future__ import annotations
@@ -11,13 +14,18 @@ import copy
 import json
 import logging
 import os
+import random
 import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
+
+if TYPE_CHECKING:
+    from nodeagent.kube.endpoint import Endpoint
+    from nodeagent.kube.session import Session
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -89,107 +97,42 @@ def _unreachable(host: str, exc: BaseException) -> Unreachable:
     return Unreachable(f"API server {host} unreachable: {detail}")
 
 
-def _load_configuration(kubeconfig: str | None) -> Any:
-    from kubernetes import client, config  # slow import: only when a client is needed
+def load_endpoint(kubeconfig: str | None) -> Endpoint:
+    """Credentials from `kubeconfig`, else $KUBECONFIG, ~/.kube/config, in-cluster."""
+    from nodeagent.kube import endpoint
+    from nodeagent.kube import kubeconfig as kc
 
-    from nodeagent.kube.kubeconfig import check_kubeconfig
-
-    cfg = client.Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")
     if path is not None and not path.strip():
         raise KubeConfigError("KUBECONFIG: empty value (unset it, or name a kubeconfig file)")
-    try:
-        if path:
-            check_kubeconfig(Path(path))
-            config.load_kube_config(config_file=path, client_configuration=cfg)
-        elif Path("~/.kube/config").expanduser().is_file():
-            path = "~/.kube/config"
-            check_kubeconfig(Path(path).expanduser())
-            config.load_kube_config(client_configuration=cfg)
-        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-            path = "(in-cluster service account)"
-            config.load_incluster_config(client_configuration=cfg)
-        else:
-            raise KubeConfigError(
-                "no kubeconfig: pass --kubeconfig, set KUBECONFIG, or run in a pod"
-            )
-    except config.ConfigException as exc:
-        raise KubeConfigError(f"kubeconfig {path}: {_one_line(exc)}") from None
-    except (ValueError, TypeError, KeyError, AttributeError, OSError) as exc:
-        # The client library assumes a well-formed file; anything it trips over in
-        # one that passed check_kubeconfig (bad base64, a field of the wrong type, an
-        # unreadable certificate file) is still the file's fault, not ours.
-        why = _one_line(exc) or type(exc).__name__
-        raise KubeConfigError(f"kubeconfig {path}: unusable credentials: {why}") from None
-    cfg.connection_pool_maxsize = POOL_SIZE
-    if not cfg.verify_ssl:
-        import logging
-        import warnings
+    if not path and Path("~/.kube/config").expanduser().is_file():
+        path = str(Path("~/.kube/config").expanduser())
+    if path:
+        found = kc.load(Path(path))
+        if found is not None:
+            return found
+        from nodeagent.kube import library  # exec plugins and the like: see there
 
-        from urllib3.exceptions import InsecureRequestWarning
-
-        # One line at start instead of a warning on every request.
-        warnings.simplefilter("ignore", InsecureRequestWarning)
-        logging.getLogger(__name__).warning("kubeconfig disables TLS verification")
-    return cfg
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())
-
-
-class _CertFile:
-    """The client certificate file a kubeconfig names, watched for rotation.
-
-    The kubelet rotates its certificate by moving the `kubelet-client-current.pem`
-    symlink to a new file. New connections read the file again (urllib3 loads the
-    chain per connection), but pooled keep-alive connections keep the old certificate,
-    and the API server checks a certificate's expiry at every request. So when the file
-    changes, the pool is emptied and every later request shakes hands with the new one.
-    """
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.seen = self._identity()
-
-    def _identity(self) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(self.path)  # follows the symlink: a move shows as a new inode
-        except OSError:
-            return None
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-    def rotated(self) -> bool:
-        """True once per change of the file."""
-        now = self._identity()
-        if now is None or now == self.seen:
-            return False
-        self.seen = now
-        return True
+        return library.load(path)
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return endpoint.in_cluster(os.environ)
+    raise KubeConfigError("no kubeconfig: pass --kubeconfig, set KUBECONFIG, or run in a pod")
 
 
 class Kube:
     """Plain-JSON requests against one API server.
 
-    Thread-safe: the urllib3 pool underneath is shared by worker threads.
+    Thread-safe: the connection pool underneath is shared by worker threads.
     """
 
-    def __init__(self, configuration: Any) -> None:
-        import urllib3
-        from kubernetes import client
-
-        configuration.retries = urllib3.Retry(
-            total=1, connect=1, read=0, redirect=0, status=0, backoff_factor=0.1
-        )
-        self._api = client.ApiClient(configuration)
-        self.host: str = configuration.host
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self.host: str = session.endpoint.server
         self.deadline: float | None = None  # time.monotonic() bound on every request
-        cert = getattr(configuration, "cert_file", None)
-        self._cert = _CertFile(cert) if isinstance(cert, str) and cert else None
 
     def bounded(self, deadline: float) -> Kube:
         """The same client (and connection pool) with every request cut to end by
-        `deadline` (monotonic): no connect, TLS handshake or read outlives it."""
+        `deadline` (monotonic): no connect, TLS handshake, read or wait outlives it."""
         clone = copy.copy(self)
         clone.deadline = deadline
         return clone
@@ -197,7 +140,20 @@ class Kube:
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str | None = None) -> Kube:
         """Credentials from `kubeconfig`, else $KUBECONFIG, ~/.kube/config, in-cluster."""
-        return cls(_load_configuration(kubeconfig))
+        return cls.from_endpoint(load_endpoint(kubeconfig))
+
+    @classmethod
+    def from_endpoint(cls, endpoint: Endpoint) -> Kube:
+        import urllib3
+
+        from nodeagent.kube.session import Session
+
+        # One retry of a failed connect; reads are never retried (not every verb is
+        # idempotent), nor are answers (APF's 429s are waited out in _call).
+        retries = urllib3.Retry(
+            total=1, connect=1, read=0, redirect=0, status=0, backoff_factor=0.1
+        )
+        return cls(Session(endpoint, pool_size=POOL_SIZE, retries=retries))
 
     def request(
         self,
@@ -210,7 +166,7 @@ class Kube:
         timeout: float = READ_TIMEOUT,
     ) -> JSON:
         """Send one request; return the decoded JSON body (or {} when empty)."""
-        data = self._call(method, path, query, body, content_type, (CONNECT_TIMEOUT, timeout)).data
+        data = self._call(method, path, query, body, content_type, timeout).data
         return json.loads(data) if data else {}
 
     def _call(
@@ -220,51 +176,62 @@ class Kube:
         query: dict[str, str] | None,
         body: Any,
         content_type: str,
-        timeout: tuple[float, float],
+        read_timeout: float,
     ) -> Any:
-        """Send a request; return the raw (unread) urllib3 response, or raise."""
-        from kubernetes.client.exceptions import ApiException
+        """Send a request, waiting out APF's 429s; return the raw (unread) urllib3
+        response, or raise."""
+        from nodeagent.kube import throttle
+
+        url = f"{self.host}{path}" + (f"?{urlencode(query)}" if query else "")
+        payload = None if body is None else json.dumps(body).encode()
+        extra = {"Content-Type": content_type} if body is not None else {}
+        attempt = 0
+        while True:
+            resp = self._send(method, url, payload, extra, read_timeout)
+            if resp.status < 300:
+                return resp
+            data = resp.data
+            error = _api_error(resp.status, resp.reason, data, resp.headers)
+            left = None if self.deadline is None else self.deadline - time.monotonic()
+            why = throttle.refusal(resp.status, resp.headers, error.body)
+            wait = throttle.retry_wait(why, attempt, left, random.random())
+            if wait is None:
+                raise error
+            _count_throttled(method, path, wait)
+            time.sleep(wait)
+            attempt += 1
+
+    def _send(
+        self, method: str, url: str, payload: bytes | None, extra: dict[str, str], read: float
+    ) -> Any:
+        import urllib3
         from urllib3.exceptions import HTTPError
 
+        connect = CONNECT_TIMEOUT
         if self.deadline is not None:
             left = self.deadline - time.monotonic()
             if left <= 0.05:
-                raise OutOfTime(f"no time left for {method} {path}")
-            timeout = (min(timeout[0], left), min(timeout[1], left))
-        if self._cert is not None and self._cert.rotated():
-            log.info("client certificate %s changed: reconnecting with it", self._cert.path)
-            self._api.rest_client.pool_manager.clear()
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = content_type
+                raise OutOfTime(f"no time left for {method} {url.removeprefix(self.host)}")
+            connect, read = min(connect, left), min(read, left)
         try:
-            # param_serialize adds the host, the query and fresh credentials (it runs
-            # exec plugins' token refresh); the body stays a plain dict.
-            method, url, headers, body, _ = self._api.param_serialize(
-                method=method,
-                resource_path=path,
-                query_params=list((query or {}).items()),
-                header_params=headers,
-                body=body,
-                auth_settings=["BearerToken"],
+            return self._session.pool().request(
+                method,
+                url,
+                body=payload,
+                headers=self._session.headers(extra),
+                timeout=urllib3.Timeout(connect=connect, read=read),
+                preload_content=False,
             )
-            resp = self._api.call_api(
-                method, url, header_params=headers, body=body, _request_timeout=timeout
-            ).response
-        except ApiException as exc:  # the client wraps SSL errors with status 0
-            raise _unreachable(self.host, exc) from None
         except (HTTPError, OSError) as exc:
             raise _unreachable(self.host, exc) from None
-        if resp.status >= 300:
-            raise _api_error(resp.status, resp.reason, resp.data, resp.headers)
-        return resp
 
     def server_time(self) -> float:
         """The API server's clock (its Date header, whole seconds), for judging the
         timestamps it writes without trusting this host's clock."""
         from email.utils import parsedate_to_datetime
 
-        resp = self._call("GET", "/version", None, None, "", (CONNECT_TIMEOUT, READ_TIMEOUT))
+        resp = self._call("GET", "/version", None, None, "", READ_TIMEOUT)
+        resp.release_conn()
         try:
             return parsedate_to_datetime(resp.headers["Date"]).timestamp()
         except (KeyError, TypeError, ValueError):
@@ -290,11 +257,20 @@ class Kube:
     def watch(self, path: str, query: dict[str, str], timeout_seconds: int) -> Iterator[JSON]:
         """Yield watch events ({"type", "object"}) until the server ends the stream."""
         params = dict(query, watch="true", timeoutSeconds=str(timeout_seconds))
-        resp = self._call("GET", path, params, None, "", (CONNECT_TIMEOUT, timeout_seconds + 10))
+        resp = self._call("GET", path, params, None, "", timeout_seconds + 10)
         try:
             yield from _json_lines(resp, self.host)
         finally:
             resp.release_conn()
+
+
+def _count_throttled(method: str, path: str, wait: float) -> None:
+    from nodeagent.report import metrics
+
+    metrics.API_THROTTLED.labels(method).inc()
+    log.debug(
+        "%s %s: throttled by the API server (429), sending again in %.1fs", method, path, wait
+    )
 
 
 def _json_lines(resp: Any, host: str) -> Iterator[JSON]:

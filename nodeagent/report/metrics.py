@@ -42,6 +42,13 @@ LOOP_LAST_SUCCESS = Gauge(
     ["loop"],
     registry=REGISTRY,
 )
+API_THROTTLED = Counter(
+    "nodeagent_api_throttled",
+    "Requests the API server answered 429 by API Priority and Fairness, sent again after "
+    "its Retry-After",
+    ["verb"],
+    registry=REGISTRY,
+)
 WATCH_RESTARTS = Counter(
     "nodeagent_watch_restarts", "Watch restarts", ["resource"], registry=REGISTRY
 )
