@@ -149,9 +149,17 @@ class Kube:
         from nodeagent.kube.session import Session
 
         # One retry of a failed connect; reads are never retried (not every verb is
-        # idempotent), nor are answers (APF's 429s are waited out in _call).
+        # idempotent), nor are answers: urllib3 would by itself resend a 429 with a
+        # Retry-After of an idempotent verb and, with no status retries left, raise
+        # "too many 429 error responses"; APF's 429s are waited out in _call instead.
         retries = urllib3.Retry(
-            total=1, connect=1, read=0, redirect=0, status=0, backoff_factor=0.1
+            total=1,
+            connect=1,
+            read=0,
+            redirect=0,
+            status=0,
+            backoff_factor=0.1,
+            respect_retry_after_header=False,
         )
         return cls(Session(endpoint, pool_size=POOL_SIZE, retries=retries))
 
