@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodeagent.kube.client import ApiError, Kube
-from nodeagent.report import metrics
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +102,10 @@ _pdbs_said = threading.Event()
 def pdbs_forbidden(exc: ApiError) -> None:
     """A 403 on PDBs: say so once per process (log and metric); drains go on without
     watching them and retry refused evictions on backoff."""
+    # Imported here: the metrics library costs a one-shot command (`nodeagent drain`)
+    # about 25 ms at start; the daemon has it loaded anyway.
+    from nodeagent.report import metrics
+
     metrics.PDBS_UNREADABLE.set(1)
     if not _pdbs_said.is_set():
         _pdbs_said.set()
