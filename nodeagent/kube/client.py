@@ -239,7 +239,7 @@ class Kube:
         from email.utils import parsedate_to_datetime
 
         resp = self._call("GET", "/version", None, None, "", READ_TIMEOUT)
-        resp.release_conn()
+        _ = resp.data  # read to the end: the connection goes back to the pool
         try:
             return parsedate_to_datetime(resp.headers["Date"]).timestamp()
         except (KeyError, TypeError, ValueError):

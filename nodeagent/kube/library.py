@@ -15,7 +15,7 @@ at start (`MODULES`), so a package upgrade under a running agent never mixes ver
 from __future__ import annotations
 
 import importlib
-from typing import Any
+import threading
 
 from nodeagent.kube.client import KubeConfigError
 from nodeagent.kube.endpoint import Endpoint, Pem
@@ -54,6 +54,18 @@ def load(path: str) -> Endpoint:
         # the file's fault, not ours.
         why = _one_line(exc) or type(exc).__name__
         raise KubeConfigError(f"kubeconfig {path}: unusable credentials: {why}") from None
+    lock = threading.Lock()
+
+    def authorization() -> str | None:
+        # Runs the library's refresh hook: an expired exec credential is fetched again,
+        # by one thread while the others wait for it.
+        with lock:
+            value = cfg.get_api_key_with_prefix("BearerToken", alias="authorization")
+        return str(value) if value else None
+
+    # A proxy the library took from the environment is left to the session, which also
+    # honours $NO_PROXY (the library does that only in its own REST layer).
+    from_env = getattr(cfg, "_proxy_from_env", False)
     return Endpoint(
         server=str(cfg.host).rstrip("/"),
         ca=Pem(path=cfg.ssl_ca_cert) if cfg.ssl_ca_cert else None,
@@ -61,15 +73,9 @@ def load(path: str) -> Endpoint:
         key=Pem(path=cfg.key_file) if cfg.key_file else None,
         verify=bool(cfg.verify_ssl),
         server_name=str(cfg.tls_server_name or ""),
-        proxy=str(cfg.proxy or ""),
-        authorization=lambda: _authorization(cfg),
+        proxy="" if from_env else str(cfg.proxy or ""),
+        authorization=authorization,
     )
-
-
-def _authorization(cfg: Any) -> str | None:
-    # Runs the library's refresh hook: an expired exec credential is fetched again.
-    value = cfg.get_api_key_with_prefix("BearerToken", alias="authorization")
-    return str(value) if value else None
 
 
 def _one_line(exc: BaseException) -> str:
