@@ -27,16 +27,18 @@ log = logging.getLogger(__name__)
 USER_AGENT = f"nodeagent/{__version__}"
 
 
-class _CertFile:
-    """The client certificate file an endpoint names, watched for rotation.
+class _WatchedFile:
+    """A certificate file the pool was built from, watched for rotation.
 
-    The kubelet rotates its certificate by moving the `kubelet-client-current.pem`
-    symlink to a new file. Pooled keep-alive connections keep the old certificate, and
-    the API server checks a certificate's expiry at every request. So when the file
-    changes, the pool is rebuilt (reading the new certificate) and the old one emptied.
+    The kubelet rotates its client certificate by moving the `kubelet-client-current.pem`
+    symlink to a new file; a pod's CA bundle (ca.crt) is replaced the same way when the
+    cluster's CA rotates. Pooled keep-alive connections keep the old certificate, and the
+    API server checks a client certificate's expiry at every request. So when a file
+    changes, the pool is rebuilt (reading the new one) and the old one emptied.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, what: str, path: str) -> None:
+        self.what = what
         self.path = path
         self.seen = self.identity()
 
@@ -60,8 +62,8 @@ class Session:
         self.endpoint = endpoint
         self._pool_args: dict[str, Any] = {"maxsize": pool_size, "retries": retries}
         self._headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
-        cert = endpoint.cert
-        self._cert = _CertFile(cert.path) if cert is not None and cert.path else None
+        pems = (("client certificate", endpoint.cert), ("CA bundle", endpoint.ca))
+        self._files = [_WatchedFile(what, p.path) for what, p in pems if p is not None and p.path]
         self._lock = threading.Lock()
         try:
             self._pool = self._build()
@@ -88,23 +90,24 @@ class Session:
         return headers
 
     def pool(self) -> urllib3.PoolManager:
-        """The pool; rebuilt first when the client certificate file has changed."""
-        if self._cert is None:
+        """The pool; rebuilt first when a certificate file has changed."""
+        if not self._files:
             return self._pool
         with self._lock:
-            now = self._cert.changed()
-            if now is None:
+            changed = [(f, now) for f in self._files if (now := f.changed()) is not None]
+            if not changed:
                 return self._pool
+            names = ", ".join(f"{f.what} {f.path}" for f, _ in changed)
             try:
                 fresh = self._build()
             except (ssl.SSLError, OSError, ValueError) as exc:
                 # Half-written, or the key not yet beside it: the old one is still used.
-                log.warning(
-                    "client certificate %s changed but is unusable: %s", self._cert.path, exc
-                )
+                log.warning("%s changed, unusable: %s", names, exc)
                 return self._pool
-            log.info("client certificate %s changed: reconnecting with it", self._cert.path)
-            old, self._pool, self._cert.seen = self._pool, fresh, now
+            log.info("%s changed: reconnecting with it", names)
+            old, self._pool = self._pool, fresh
+            for f, now in changed:
+                f.seen = now
         old.clear()  # idle connections close; ones in use close when released
         return fresh
 
