@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from nodeagent.kube.client import Kube, KubeConfigError
-from nodeagent.kube.endpoint import in_cluster
+from nodeagent.kube.endpoint import Endpoint, in_cluster
 from tests import kubeutil as ku
 
 REPO = Path(__file__).resolve().parent.parent
@@ -187,3 +187,12 @@ def test_an_unusable_service_account_is_one_line(
         in_cluster(env, tmp_path)
     assert str(err.value).startswith("kubeconfig (in-cluster service account): ")
     assert says in str(err.value)
+
+
+def test_a_proxy_the_client_cannot_use_is_one_line() -> None:
+    with pytest.raises(KubeConfigError) as err:
+        Kube.from_endpoint(Endpoint(server="https://127.0.0.1:1", proxy="socks5://127.0.0.1:2"))
+    assert str(err.value) == (
+        "cannot connect to https://127.0.0.1:1: proxy socks5://127.0.0.1:2: "
+        "only http and https proxies are supported"
+    )

@@ -69,7 +69,7 @@ class Session:
             self._pool = self._build()
         except (ssl.SSLError, OSError, ValueError) as exc:
             raise KubeConfigError(
-                f"unusable TLS credentials for {endpoint.server}: {exc}"
+                f"cannot connect to {endpoint.server}: {' '.join(str(exc).split())}"
             ) from None
         if not endpoint.verify:
             import warnings
