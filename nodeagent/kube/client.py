@@ -1,7 +1,7 @@
 """A small JSON client for the Kubernetes API.
 
 Bodies stay plain dicts (building model objects for a hundred pods costs more than the
-drain itself) and requests go through a urllib3 pool of our own (nodeagent.kube.session).
+drain itself) and requests go through a urllib3 pool of our own (nodeagent.kube.transport).
 Credentials come from a kubeconfig (nodeagent.kube.kubeconfig), the pod's service account
 (nodeagent.kube.endpoint) or, for exec plugins and the like only, the official client
 library (nodeagent.kube.library). API Priority and Fairness 429s are waited out here
@@ -25,7 +25,7 @@ from urllib.parse import quote, urlencode
 
 if TYPE_CHECKING:
     from nodeagent.kube.endpoint import Endpoint
-    from nodeagent.kube.session import Session
+    from nodeagent.kube.transport import Transport
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -125,9 +125,9 @@ class Kube:
     Thread-safe: the connection pool underneath is shared by worker threads.
     """
 
-    def __init__(self, session: Session) -> None:
-        self._session = session
-        self.host: str = session.endpoint.server
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+        self.host: str = transport.endpoint.server
         self.deadline: float | None = None  # time.monotonic() bound on every request
 
     def bounded(self, deadline: float) -> Kube:
@@ -146,7 +146,7 @@ class Kube:
     def from_endpoint(cls, endpoint: Endpoint) -> Kube:
         import urllib3
 
-        from nodeagent.kube.session import Session
+        from nodeagent.kube.transport import Transport
 
         # One retry of a failed connect; reads are never retried (not every verb is
         # idempotent), nor are answers: urllib3 would by itself resend a 429 with a
@@ -161,7 +161,7 @@ class Kube:
             backoff_factor=0.1,
             respect_retry_after_header=False,
         )
-        return cls(Session(endpoint, pool_size=POOL_SIZE, retries=retries))
+        return cls(Transport(endpoint, pool_size=POOL_SIZE, retries=retries))
 
     def request(
         self,
@@ -222,11 +222,11 @@ class Kube:
                 raise OutOfTime(f"no time left for {method} {url.removeprefix(self.host)}")
             connect, read = min(connect, left), min(read, left)
         try:
-            return self._session.pool().request(
+            return self._transport.pool().request(
                 method,
                 url,
                 body=payload,
-                headers=self._session.headers(extra),
+                headers=self._transport.headers(extra),
                 timeout=urllib3.Timeout(connect=connect, read=read),
                 preload_content=False,
             )

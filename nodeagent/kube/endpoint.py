@@ -2,7 +2,7 @@
 
 A kubeconfig (`nodeagent.kube.kubeconfig`), the pod's service account (here) or, for
 credential plugins, the client library (`nodeagent.kube.library`) each give an
-`Endpoint`; the session (`nodeagent.kube.session`) sends requests to it. Certificate
+`Endpoint`; the transport (`nodeagent.kube.transport`) sends requests to it. Certificate
 material named by a file is read when a connection pool is built, so a rotated file is
 picked up when the pool is rebuilt.
 """

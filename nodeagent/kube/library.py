@@ -3,7 +3,7 @@ username and password.
 
 The `kubernetes` package is imported here, and only for such a kubeconfig: its import
 costs about 20 MB and 0.1 s that a token or a client certificate does not need. Requests
-still go through the agent's own session; the library supplies the Authorization header
+still go through the agent's own transport; the library supplies the Authorization header
 (running the plugin again when its credential expires) and the files of a client
 certificate a plugin returned.
 
@@ -63,7 +63,7 @@ def load(path: str) -> Endpoint:
             value = cfg.get_api_key_with_prefix("BearerToken", alias="authorization")
         return str(value) if value else None
 
-    # A proxy the library took from the environment is left to the session, which also
+    # A proxy the library took from the environment is left to the transport, which also
     # honours $NO_PROXY (the library does that only in its own REST layer).
     from_env = getattr(cfg, "_proxy_from_env", False)
     return Endpoint(

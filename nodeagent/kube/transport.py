@@ -55,7 +55,7 @@ class _WatchedFile:
         return None if now is None or now == self.seen else now
 
 
-class Session:
+class Transport:
     """A pool of connections to `endpoint`, shared by threads."""
 
     def __init__(self, endpoint: Endpoint, *, pool_size: int, retries: urllib3.Retry) -> None:
