@@ -223,7 +223,11 @@ class Reflector:
         with self._dispatch:
             for obj in fresh.values():
                 self._notify("SYNC", obj)
-        self.synced.set()
+        with self.changed:
+            # Under the lock, with a wake-up: a waiter that saw the objects but not yet
+            # the sync would otherwise sleep until the next change, or its deadline.
+            self.synced.set()
+            self.changed.notify_all()
         return str(data["metadata"]["resourceVersion"])
 
     def _watch(self, resource_version: str, stop: threading.Event) -> str:
