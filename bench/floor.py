@@ -35,6 +35,7 @@ import yaml
 
 CONCURRENCY = 32
 PDB_RETRY = 0.25
+WATCH_SECONDS = 600
 JSON = dict[str, Any]
 
 
@@ -61,10 +62,12 @@ class Api:
             self.tls.load_cert_chain(pem)
         self.local = threading.local()
 
-    def connect(self) -> http.client.HTTPSConnection:
-        return http.client.HTTPSConnection(self.host, self.port, context=self.tls, timeout=60)
+    def connect(self, timeout: float = 60) -> http.client.HTTPSConnection:
+        return http.client.HTTPSConnection(self.host, self.port, context=self.tls, timeout=timeout)
 
-    def call(self, method: str, path: str, body: JSON | None = None, ctype: str = "") -> Any:
+    def call(
+        self, method: str, path: str, body: JSON | None = None, ctype: str = ""
+    ) -> tuple[int, http.client.HTTPMessage, JSON]:
         """(status, headers, decoded body) on this thread's connection."""
         conn = getattr(self.local, "conn", None) or self.connect()
         self.local.conn = conn
@@ -125,9 +128,9 @@ def wait_gone(api: Api, selector: str, rv: str, pending: set[str]) -> None:
     """Read the watch until no UID of `pending` is left running on the node. The API server
     may end a watch early (it drops watchers that fall behind): watch again from the last
     resourceVersion seen, as any watcher must."""
-    conn = api.connect()
+    conn = api.connect(timeout=WATCH_SECONDS + 30)  # a quiet watch is no dead one
     while pending:
-        query = f"{selector}&watch=1&timeoutSeconds=600&resourceVersion={rv}"
+        query = f"{selector}&watch=1&timeoutSeconds={WATCH_SECONDS}&resourceVersion={rv}"
         conn.request("GET", f"/api/v1/pods?{query}")
         resp = conn.getresponse()
         if resp.status != 200:
