@@ -303,6 +303,11 @@ class Drain:
         if self.opts.dry_run:
             query = {"fieldSelector": f"spec.nodeName={self.node_name}"}
             return list(self.kube.request("GET", "/api/v1/pods", query=query)["items"])
+        if self._ctx.expired:  # nothing may start once the deadline passed (a 0 s budget)
+            raise KubeError(
+                f"could not list pods on node {self.node_name}: no answer within the drain "
+                f"deadline ({self.opts.deadline:g}s)"
+            )
         # Evictions start only from a synced mirror: a pod is gone when the watch
         # no longer sees its UID on the node, which means nothing before the first list.
         self._pods.wait_for(
