@@ -18,7 +18,7 @@ from nodeagent.drain.engine import Drain, DrainOptions, PodState, pod_state
 from nodeagent.drain.podfilter import FinishedPods, controller_of
 from nodeagent.drain.summary import render
 from nodeagent.kube.client import JSON, Kube, api_stamp, node_path, pods_path
-from nodeagent.report import conditions
+from nodeagent.report import conditions, metrics
 from nodeagent.report.events import EventRecorder
 from tests import kubeutil as ku
 from tests.agentproc import AgentProcess
@@ -275,3 +275,41 @@ def test_node_condition_names_the_finalizers_left(
         release(kube, group, "held")
     assert cond["status"] == "False"
     assert f"left: {group}/held (" in cond["message"] and f"finalizers {HOLD}" in cond["message"]
+
+
+def pod_event_reasons(kube: Kube, ns: str) -> Counter[str]:
+    items = kube.get(f"/api/v1/namespaces/{ns}/events")["items"]
+    return Counter(e["reason"] for e in items if e["involvedObject"]["kind"] == "Pod")
+
+
+def test_only_a_lasting_refusal_gets_an_eviction_blocked_event(cluster: Any, kube: Kube) -> None:
+    """A PDB letting pods go one at a time refuses most of them briefly: those pods get
+    their Evicted Event only; a pod refused for longer gets EvictionBlocked too."""
+    group, node, spare = ku.node_pair(cluster, kube, "eb")
+    ku.deployment(
+        kube, group, "brief", group, 2, annotations={"sim.nodeagent.io/ready-delay": "1s"}
+    )
+    ku.pdb(kube, group, "brief", {"app": "brief"}, maxUnavailable=1)
+    ku.wait_running(kube, node, 2)
+    ku.wait_pdb_ready(kube, group, "brief")
+    ku.open_node(kube, spare)
+    events = EventRecorder(kube, node)
+    blocked = metrics.REGISTRY.get_sample_value("nodeagent_evictions_total", {"result": "blocked"})
+    result = Drain(kube, node, DrainOptions(deadline=60), events).run()
+    events.flush(10)
+    assert result.outcome == "drained"
+    now = metrics.REGISTRY.get_sample_value("nodeagent_evictions_total", {"result": "blocked"})
+    assert (now or 0) > (blocked or 0), "no refusal: the test proves nothing"
+    reasons = pod_event_reasons(kube, group)
+    assert reasons["Evicted"] == 2 and reasons["EvictionBlocked"] == 0, reasons
+
+    other, node2, _spare2 = ku.node_pair(cluster, kube, "eb")
+    ku.deployment(kube, other, "quorum", other, 1)
+    ku.pdb(kube, other, "quorum", {"app": "quorum"}, minAvailable=1)  # never allows
+    ku.wait_running(kube, node2, 1)
+    ku.wait_pdb_ready(kube, other, "quorum")
+    events = EventRecorder(kube, node2)
+    result = Drain(kube, node2, DrainOptions(deadline=12), events).run()
+    events.flush(10)
+    assert result.outcome == "timed-out"
+    assert pod_event_reasons(kube, other)["EvictionBlocked"] == 1

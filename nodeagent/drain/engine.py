@@ -45,6 +45,7 @@ PDB_BACKOFF_START = 1.0
 PDB_BACKOFF_MAX = 10.0
 MULTI_PDB_RETRY = 30.0
 PROGRESS_EVERY = 5.0
+BLOCKED_EVENT_AFTER = 5.0  # seconds a pod's eviction is refused before its Event
 
 
 class ExitCode(IntEnum):
@@ -188,6 +189,7 @@ class _Eviction:
     pod: JSON
     outcome: PodOutcome
     accepted: bool = False
+    blocked_since: float | None = None  # monotonic time of the first refusal
     reported_block: bool = False
 
 
@@ -585,10 +587,15 @@ class Drain:
 
     def _blocked(self, ev: _Eviction, detail: str, pdbs: tuple[str, ...] = ()) -> None:
         ev.outcome.note(detail, pdbs)
-        if not ev.reported_block:
-            ev.reported_block = True
+        now = time.monotonic()
+        if ev.blocked_since is None:
+            ev.blocked_since = now
             metrics.EVICTIONS.labels("blocked").inc()  # once per pod and drain
             self.progress(f"{ev.outcome.ref}: eviction blocked: {detail}")
+        # The Event only for a refusal that lasts: a PDB letting pods go one at a time
+        # refuses most of them briefly, and an Event each would double the drain's writes.
+        if not ev.reported_block and now - ev.blocked_since >= BLOCKED_EVENT_AFTER:
+            ev.reported_block = True
             self._pod_event(ev, "EvictionBlocked", detail, WARNING)
 
     def _sleep(self, seconds: float) -> None:
