@@ -18,8 +18,8 @@ from nodeagent.config import Config
 from nodeagent.context import Context
 from nodeagent.departure.worker import Departure
 from nodeagent.fence import marker
-from nodeagent.fence.decision import Step
-from nodeagent.fence.reason import EvacuatePolicy, marker_reason
+from nodeagent.fence.decision import Step, evacuation_asked
+from nodeagent.fence.reason import marker_reason
 from nodeagent.kube.client import JSON, Kube, KubeError, node_path
 from nodeagent.kube.watch import Reflector
 from nodeagent.report import conditions, metrics
@@ -79,18 +79,13 @@ class AfterStart:
         else:
             self.status(f"running; the cordon stays: {signal.decision.why}")
 
-    def _evacuation_asked(self, node: JSON) -> bool:
-        return self.cfg.evacuate.policy != EvacuatePolicy.IGNORE and bool(
-            marker.first_taint(node, self.cfg.evacuate.taints)
-        )
-
     def _wait_evacuation_over(self, node: JSON, ctx: Context) -> JSON:
         """While an evacuate taint holds a shutdown-cordoned node, the evacuation takes the
         cordon over (its marker then says evacuate); if the taint goes first, the cordon
         is the shutdown's again and this returns to undo it."""
 
         def held(n: JSON) -> bool:
-            return _shutdown_marked(n) and self._evacuation_asked(n)
+            return _shutdown_marked(n) and evacuation_asked(n, self.cfg.evacuate)
 
         if held(node):
             self.status("running; node stays cordoned: it carries an evacuate taint")

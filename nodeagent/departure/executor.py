@@ -11,7 +11,6 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from nodeagent.config import Config
 from nodeagent.context import Context
@@ -28,14 +27,6 @@ from nodeagent.report.conditions import ConditionWriter
 from nodeagent.report.events import EventRecorder
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Applied:
-    """What applying a decision did."""
-
-    changed: bool = False  # a cordon or uncordon was written
-    result: DrainResult | None = None  # the drain's, for DRAIN
 
 
 def drain_options(cfg: Config, reason: Reason, budget: float) -> DrainOptions:
@@ -86,21 +77,23 @@ class FenceExecutor:
         self.progress = progress
         self.pods = pods  # the daemon's one watch of the node's pods
 
-    def apply(self, decision: Decision, node: JSON, ctx: Context) -> Applied:
-        """Carry out `decision` on `node` (as last observed); every request ends by the
-        context's deadline, and a cancel stops a drain promptly."""
+    def apply(self, decision: Decision, node: JSON, ctx: Context) -> DrainResult | None:
+        """Carry out `decision` on `node` (as last observed); the drain's result for DRAIN.
+        Every request ends by the context's deadline, and a cancel stops a drain promptly."""
         kube = self.kube if ctx.deadline == math.inf else self.kube.bounded(ctx.deadline)
         if decision.step is Step.CORDON:
-            return self._cordon(kube, decision, node)
+            self._cordon(kube, decision, node)
+            return None
         if decision.step is Step.UNCORDON:
-            return self._uncordon(kube, decision, node)
+            self._uncordon(kube, decision, node)
+            return None
         if decision.step is Step.DRAIN:
-            return Applied(result=self._drain(decision, ctx))
+            return self._drain(decision, ctx)
         if decision.condition is not None:
             self.report.set(decision.condition)
-        return Applied()
+        return None
 
-    def _cordon(self, kube: Kube, decision: Decision, node: JSON) -> Applied:
+    def _cordon(self, kube: Kube, decision: Decision, node: JSON) -> None:
         assert decision.reason is not None
         if "spec" not in node:  # not observed yet
             node = marker.get_node(kube, self.cfg.node_name)
@@ -109,9 +102,8 @@ class FenceExecutor:
             self.events.node(node, "Cordoned", decision.event)
         if decision.condition is not None:
             self.report.set(decision.condition)
-        return Applied(changed=changed)
 
-    def _uncordon(self, kube: Kube, decision: Decision, node: JSON) -> Applied:
+    def _uncordon(self, kube: Kube, decision: Decision, node: JSON) -> None:
         changed = marker.uncordon(
             kube, self.cfg.node_name, only_reasons=decision.undo, started_at=decision.started_at
         )
@@ -119,7 +111,6 @@ class FenceExecutor:
             self.events.node(node, "Uncordoned", decision.event)
         if decision.condition is not None:
             self.report.set(decision.condition)
-        return Applied(changed=changed)
 
     def _drain(self, decision: Decision, ctx: Context) -> DrainResult:
         reason = decision.reason

@@ -27,7 +27,15 @@ from nodeagent.context import Context
 from nodeagent.departure.executor import FenceExecutor
 from nodeagent.drain.engine import DrainResult
 from nodeagent.fence import marker
-from nodeagent.fence.decision import FINISHED, Decision, Observed, Occasion, Step, decide
+from nodeagent.fence.decision import (
+    FINISHED,
+    Decision,
+    Observed,
+    Occasion,
+    Step,
+    decide,
+    evacuation_asked,
+)
 from nodeagent.fence.reason import EvacuatePolicy, Policy, Reason
 from nodeagent.host.logindconf import FINISH_GRACE
 from nodeagent.kube.client import JSON, Kube, KubeError
@@ -141,7 +149,11 @@ class Departure:
             self._node = node
             queued, self._node_queued = self._node_queued, True
             running = self._running
-        if running and running.reason is Reason.EVACUATE and not self._evacuation_asked(node):
+        if (
+            running
+            and running.reason is Reason.EVACUATE
+            and not evacuation_asked(node, self.cfg.evacuate)
+        ):
             log.info("evacuate taint removed during the drain; stopping it")
             running.ctx.cancel()
         if not queued:
@@ -310,7 +322,7 @@ class Departure:
         try:
             with ctx:
                 node = node or self._node or {"metadata": {"name": self.cfg.node_name}}
-                return self.executor.apply(decision, node, ctx).result
+                return self.executor.apply(decision, node, ctx)
         finally:
             with self._lock:
                 self._running = None
@@ -356,8 +368,3 @@ class Departure:
 
     def _evacuate_taint(self, node: JSON) -> str:
         return marker.first_taint(node, self.cfg.evacuate.taints)
-
-    def _evacuation_asked(self, node: JSON) -> bool:
-        return self.cfg.evacuate.policy != EvacuatePolicy.IGNORE and bool(
-            self._evacuate_taint(node)
-        )

@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from nodeagent.config import EvacuateConfig
+from nodeagent.fence import marker
 from nodeagent.fence.marker import NodeFence
 from nodeagent.fence.reason import (
     GOING_DOWN,
@@ -29,6 +31,7 @@ from nodeagent.fence.reason import (
     Reason,
     marker_reason,
 )
+from nodeagent.kube.client import JSON
 from nodeagent.report import conditions
 from nodeagent.report.conditions import Condition
 
@@ -95,6 +98,11 @@ class Decision:
 
 
 NOTHING = Decision(Step.NOTHING)
+
+
+def evacuation_asked(node: JSON, cfg: EvacuateConfig) -> bool:
+    """The Node carries a configured evacuate taint whose policy does something."""
+    return cfg.policy != EvacuatePolicy.IGNORE and bool(marker.first_taint(node, cfg.taints))
 
 
 def decide(o: Observed) -> Decision:
