@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -109,15 +110,27 @@ def _wait_gone(
         time.sleep(0.05)
 
 
+# Below the kernel's ephemeral range (32768-60999 by default): a port from that range can
+# become the local port of some outgoing connection while its server is down, and the
+# restarted server then cannot bind it again ("address already in use").
+PORT_RANGE = (20000, 32767)
+
+
 def free_ports(count: int) -> list[int]:
-    """Distinct loopback ports that were free a moment ago."""
-    socks = []
+    """Distinct loopback ports that were free a moment ago, outside the ephemeral range."""
+    socks: list[socket.socket] = []
     try:
-        for _ in range(count):
+        for _ in range(1000):
+            if len(socks) == count:
+                return [int(s.getsockname()[1]) for s in socks]
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
+            try:
+                sock.bind(("127.0.0.1", random.randint(*PORT_RANGE)))
+            except OSError:
+                sock.close()
+                continue
             socks.append(sock)
-        return [int(s.getsockname()[1]) for s in socks]
+        raise OSError(f"no {count} free loopback ports in {PORT_RANGE}")
     finally:
         for sock in socks:
             sock.close()
