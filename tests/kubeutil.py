@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from nodeagent.kube.client import JSON, ApiError, Kube, node_path, pods_path
 
 SIM_LABEL = "nodeagent.io/simulated"
@@ -259,3 +261,13 @@ def shipped_identity(
         kube.post(f"/apis/rbac.authorization.k8s.io/v1/{paths[doc['kind']]}", doc)
     kc = cluster.mint_kubeconfig(f"system:nodeagent:{node}", [members], tmp_path / "a.kc")
     return Kube.from_kubeconfig(str(kc))
+
+
+def via_proxy(port: int, admin_kubeconfig: str, tmp_path: Path) -> Kube:
+    """The admin's client, through a relay listening on `port` (tests/tcpproxy.py)."""
+    cfg = yaml.safe_load(Path(admin_kubeconfig).read_text())
+    for entry in cfg["clusters"]:
+        entry["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    path = tmp_path / f"via-{port}.kubeconfig"
+    path.write_text(yaml.safe_dump(cfg))
+    return Kube.from_kubeconfig(str(path))

@@ -6,22 +6,34 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
+import threading
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from nodeagent.departure.executor import outcome_condition
-from nodeagent.drain.engine import Drain, DrainOptions, PodState, pod_state
+from nodeagent.drain.engine import (
+    Drain,
+    DrainOptions,
+    DrainOutcome,
+    DrainResult,
+    PodState,
+    pod_state,
+)
 from nodeagent.drain.podfilter import FinishedPods, controller_of
 from nodeagent.drain.summary import render
 from nodeagent.kube.client import JSON, Kube, api_stamp, node_path, pods_path
+from nodeagent.kube.watch import node_pods
 from nodeagent.report import conditions, metrics
 from nodeagent.report.events import EventRecorder
 from tests import kubeutil as ku
 from tests.agentproc import AgentProcess
+from tests.tcpproxy import Proxy
 
 HOLD = "test.nodeagent.io/hold"
 
@@ -313,3 +325,48 @@ def test_only_a_lasting_refusal_gets_an_eviction_blocked_event(cluster: Any, kub
     events.flush(10)
     assert result.outcome == "timed-out"
     assert pod_event_reasons(kube, other)["EvictionBlocked"] == 1
+
+
+def test_a_pod_failed_while_its_eviction_is_refused_is_kept(
+    cluster: Any, kube: Kube, admin_kubeconfig: str, tmp_path: Path
+) -> None:
+    """The kubelet fails a pod (as at node shutdown) while the drain retries its refused
+    eviction, before the drain's watch shows it: the server would let the retried
+    eviction delete it, PDB or not, since it is finished. The drain keeps finished pods,
+    so its eviction names the version it saw and is refused instead."""
+    group, node, _spare = ku.node_pair(cluster, kube, "fin")
+    ku.bare_pod(kube, group, "solo", node)
+    kube.merge_patch(pods_path(group, "solo"), {"metadata": {"labels": {"app": "solo"}}})
+    ku.wait_running(kube, node, 1)
+    ku.pdb(kube, group, "solo", {"app": "solo"}, minAvailable=1)  # never allows
+    ku.wait_pdb_ready(kube, group, "solo")
+    port = urlsplit(kube.host).port
+    assert port is not None
+    proxy = Proxy(port)
+    refused = threading.Event()
+
+    def progress(message: str) -> None:
+        if "solo: eviction blocked" in message:
+            refused.set()
+
+    pods = node_pods(ku.via_proxy(proxy.port, admin_kubeconfig, tmp_path), node)
+    drain = Drain(kube, node, DrainOptions(deadline=40), progress=progress, pods=pods)
+    results: list[DrainResult] = []
+    runner = threading.Thread(target=lambda: results.append(drain.run()), daemon=True)
+    runner.start()
+    try:
+        assert refused.wait(20), "the eviction was never refused: the test proves nothing"
+        proxy.cut("blackhole")  # the drain's watch sees nothing from here on
+        set_phase(kube, group, "solo", "Failed")
+        # The PDB's status changes with the pod, which wakes the refused eviction's
+        # retry at once (its backoff is 1-2 s): an unconditional one deletes the pod.
+        end = time.monotonic() + 8
+        while time.monotonic() < end:
+            assert ku.exists(kube, pods_path(group, "solo")), "the finished pod was deleted"
+            time.sleep(0.2)
+    finally:
+        proxy.cut("relay")  # the hung watch fails, the next one is answered
+    runner.join(40)
+    proxy.close()
+    assert results and results[0].outcome is DrainOutcome.DRAINED, results
+    assert kube.get(pods_path(group, "solo"))["status"]["phase"] == "Failed"

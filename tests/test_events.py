@@ -6,23 +6,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
 from nodeagent.kube.client import Kube
 from nodeagent.report import metrics
 from nodeagent.report.events import EventRecorder
 from tests import kubeutil as ku
 from tests.tcpproxy import Proxy
-
-
-def via(proxy: Proxy, admin_kubeconfig: str, tmp_path: Path) -> Kube:
-    """The admin's client, through `proxy`."""
-    cfg = yaml.safe_load(Path(admin_kubeconfig).read_text())
-    for entry in cfg["clusters"]:
-        entry["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
-    path = tmp_path / "via-proxy.kubeconfig"
-    path.write_text(yaml.safe_dump(cfg))
-    return Kube.from_kubeconfig(str(path))
 
 
 def dropped() -> float:
@@ -38,7 +26,8 @@ def test_unsent_events_are_bounded_oldest_dropped_first(
     assert port is not None
     proxy = Proxy(port)
     proxy.cut("blackhole")  # connections accepted, never answered: the server hangs
-    recorder = EventRecorder(via(proxy, admin_kubeconfig, tmp_path), "node", max_pending=50)
+    via = ku.via_proxy(proxy.port, admin_kubeconfig, tmp_path)
+    recorder = EventRecorder(via, "node", max_pending=50)
     pod: Any = {"metadata": {"namespace": ns, "name": "p", "uid": "u"}}
     before = dropped()
     try:

@@ -3,7 +3,8 @@
 One deadline bounds everything. Evictions run concurrently and follow explicit retry
 rules (429 from a PDB: retry when a PDB in that namespace changes or after a short
 jittered backoff; 429 without a PDB cause: rate limited, honour Retry-After; 500 for
-several PDBs: report and stop hammering; 404/409: the pod is already gone). A pod
+several PDBs: report and stop hammering; 404: the pod is gone; 409: it is gone,
+replaced or changed since seen, so judge it again once the watch shows it). A pod
 counts as gone when a pod with its UID no longer runs on the node, as seen by a
 watch of the node's pods, never by sleeping.
 
@@ -45,6 +46,7 @@ PDB_BACKOFF_START = 1.0
 PDB_BACKOFF_MAX = 10.0
 MULTI_PDB_RETRY = 30.0
 PROGRESS_EVERY = 5.0
+CONFLICT_WAIT = 5.0  # seconds for the watch to show a pod the server refused as stale
 BLOCKED_EVENT_AFTER = 5.0  # seconds a pod's eviction is refused before its Event
 
 
@@ -498,8 +500,9 @@ class Drain:
         while not self._work.cancelled and time.monotonic() < self._deadline:
             if ev.accepted or self._gone(ev) or self._finish_granted(ev):
                 return
+            sent = self._latest(ev)
             try:
-                self._post_eviction(ev)
+                self._post_eviction(sent)
                 ev.accepted = True
                 ev.outcome.evicted_at = time.monotonic()
                 ev.outcome.note("")
@@ -507,8 +510,11 @@ class Drain:
                 self._pod_event(ev, "Evicted", f"Evicted by nodeagent ({self.opts.reason})")
                 return
             except ApiError as exc:
-                if exc.status in (404, 409):  # gone, or a new pod under the old name
+                if exc.status == 404:
                     return
+                if exc.status == 409:  # not the pod as seen: gone, replaced or changed
+                    self._wait_newer(ev, sent["metadata"]["resourceVersion"])
+                    continue
                 if exc.status in (401, 403):
                     raise DrainAborted(f"eviction of {ev.outcome.ref} forbidden: {exc}") from None
                 backoff = self._after_refusal(ev, exc, backoff)
@@ -517,15 +523,34 @@ class Drain:
                 self._sleep(backoff)
                 backoff = min(backoff * 2, PDB_BACKOFF_MAX)
 
-    def _post_eviction(self, ev: _Eviction) -> None:
-        meta = ev.pod["metadata"]
+    def _latest(self, ev: _Eviction) -> JSON:
+        return self._pods.objects.get(ev.outcome.uid) or ev.pod
+
+    def _post_eviction(self, pod: JSON) -> None:
+        """Evict `pod` as seen, and only as seen: the resourceVersion precondition makes
+        the server refuse (409) a pod that changed since. Without it, a pod that the
+        kubelet has just failed (at shutdown, say) would be deleted, PDB or not: the
+        server lets any finished pod go, and a finished pod's object is its only record."""
+        meta = pod["metadata"]
+        preconditions = {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]}
         body = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
             "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-            "deleteOptions": {"preconditions": {"uid": meta["uid"]}},
+            "deleteOptions": {"preconditions": preconditions},
         }
         self.kube.post(pods_path(meta["namespace"], meta["name"]) + "/eviction", body)
+
+    def _wait_newer(self, ev: _Eviction, seen: str) -> None:
+        """After a 409, wait until the watch shows the pod newer than `seen`, or gone,
+        so the next attempt judges (and evicts) the pod as the server has it."""
+
+        def caught_up() -> bool:
+            pod = self._pods.objects.get(ev.outcome.uid)
+            newer = pod is None or pod["metadata"]["resourceVersion"] != seen
+            return newer or self._work.cancelled
+
+        self._wait_watch(caught_up, min(self._deadline, time.monotonic() + CONFLICT_WAIT))
 
     def _after_refusal(self, ev: _Eviction, exc: ApiError, backoff: float) -> float:
         """Wait as the refusal asks; return the next backoff."""
