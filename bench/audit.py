@@ -114,14 +114,18 @@ class Summary:
 
     evictions: int  # every POST .../eviction, retries included
     other_writes: int  # writes beyond the evictions
+    pod_writes: int  # of those, into the evicted pods' namespace (their Events): per pod
     reads: int  # GET and LIST (a watch is neither)
     throttled: int  # 429 answers (PDB or API Priority and Fairness)
 
 
-def summarize(requests: list[Request]) -> Summary:
+def summarize(requests: list[Request], namespace: str) -> Summary:
+    """One drain's requests; `namespace` holds its evicted pods and nothing else."""
+    writes = [r for r in requests if r.verb in WRITES and not is_eviction(r)]
     return Summary(
         evictions=sum(1 for r in requests if is_eviction(r)),
-        other_writes=sum(1 for r in requests if r.verb in WRITES and not is_eviction(r)),
+        other_writes=len(writes),
+        pod_writes=sum(1 for r in writes if r.namespace == namespace),
         reads=sum(1 for r in requests if r.verb in READS),
         throttled=sum(1 for r in requests if r.code == 429),
     )

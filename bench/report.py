@@ -60,6 +60,8 @@ def scenario(name: str, drains: list[Drain], evicted: int, log: Path, out: Out) 
             f"{k.value} " + " ".join(f"{d.seconds:.2f}" for d in v) for k, v in runs.items()
         )
         out(f"  each drain (s): {each}")
+    cpu = "; ".join(f"{k.value} " + " ".join(f"{d.cpu:.2f}" for d in v) for k, v in runs.items())
+    out(f"  CPU of each drain's process (s): {cpu}")
     logged = audit.read(log)
     ordered = [d for v in runs.values() for d in v]
     _phases([(_label(d, runs), d) for d in ordered], logged, out)
@@ -109,7 +111,9 @@ def _cost(
         means = [per[k][(verb, resource)] / len(runs[k]) for k in runs]
         cells = "".join(f"{f'{n / evicted:.2f} ({n:.0f})':>14}" for n in means)
         out(f"    {verb:8} {resource:32}{cells}")
-    sums = {k: audit.summarize(v) for k, v in mine.items()}
+    each = {k: [audit.summarize(requests.get(d.user, []), d.namespace) for d in v]
+            for k, v in runs.items()}  # fmt: skip
+    sums = {k: _total(v) for k, v in each.items()}
     out(
         f"  goal: at most 1 write per pod beyond the eviction, and no polling read ({evicted} pods)"
     )
@@ -117,11 +121,27 @@ def _cost(
         "writes beyond eviction, per pod": [
             f"{sums[k].other_writes / len(runs[k]) / evicted:.2f}" for k in runs
         ],
+        "  of which into the pods' namespace, per pod": [
+            f"{sums[k].pod_writes / len(runs[k]) / evicted:.2f}" for k in runs
+        ],
+        "  of which elsewhere (the Node), per drain": [
+            f"{(sums[k].other_writes - sums[k].pod_writes) / len(runs[k]):.0f}" for k in runs
+        ],
         "reads (get/list), per drain": [f"{sums[k].reads / len(runs[k]):.0f}" for k in runs],
         "429 answers, per drain": [f"{sums[k].throttled / len(runs[k]):.0f}" for k in runs],
     }
     for label, values in lines.items():
         out(f"    {label:40}" + "".join(f"{value:>14}" for value in values))
+
+
+def _total(sums: list[audit.Summary]) -> audit.Summary:
+    return audit.Summary(
+        evictions=sum(s.evictions for s in sums),
+        other_writes=sum(s.other_writes for s in sums),
+        pod_writes=sum(s.pod_writes for s in sums),
+        reads=sum(s.reads for s in sums),
+        throttled=sum(s.throttled for s in sums),
+    )
 
 
 def fleet(shape: Shape, runs: list[FleetRun], log: Path, out: Out) -> None:
@@ -135,13 +155,14 @@ def fleet(shape: Shape, runs: list[FleetRun], log: Path, out: Out) -> None:
     for r in sorted(runs, key=lambda r: list(Drainer).index(r.drainer)):
         times = sorted(d.seconds for d in r.drains)
         slowest.setdefault(r.drainer, []).append(times[-1])
-        sums = [audit.summarize(requests.get(d.user, [])) for d in r.drains]
+        sums = [audit.summarize(requests.get(d.user, []), d.namespace) for d in r.drains]
         name = f"{r.drainer.value} #{len(slowest[r.drainer])}"
         out(
             f"  {name:15} slowest {times[-1]:.2f}s, median "
             f"{statistics.median(times):.2f}s, fastest {times[0]:.2f}s; "
             f"429 answers {sum(s.throttled for s in sums)}, "
-            f"writes beyond eviction {sum(s.other_writes for s in sums)}"
+            f"writes beyond eviction {sum(s.other_writes for s in sums)}, "
+            f"CPU {sum(d.cpu for d in r.drains):.2f}s in all"
         )
         ranked = sorted(r.drains, key=lambda d: d.seconds)
         ends += [(f"{name} fastest", ranked[0]), (f"{name} slowest", ranked[-1])]

@@ -18,6 +18,7 @@ import pytest
 
 from nodeagent.departure.executor import outcome_condition
 from nodeagent.drain.engine import (
+    BLOCKED_EVENT_AFTER,
     Drain,
     DrainOptions,
     DrainOutcome,
@@ -295,14 +296,15 @@ def pod_event_reasons(kube: Kube, ns: str) -> Counter[str]:
 
 
 def test_only_a_lasting_refusal_gets_an_eviction_blocked_event(cluster: Any, kube: Kube) -> None:
-    """A PDB letting pods go one at a time refuses most of them briefly: those pods get
-    their Evicted Event only; a pod refused for longer gets EvictionBlocked too."""
+    """A PDB letting pods go one at a time refuses each pod until its turn, the last of
+    8 for longer than BLOCKED_EVENT_AFTER: while the budget moves, those pods get their
+    Evicted Event only; a pod whose budget lets nothing go gets EvictionBlocked too."""
     group, node, spare = ku.node_pair(cluster, kube, "eb")
     ku.deployment(
-        kube, group, "brief", group, 2, annotations={"sim.nodeagent.io/ready-delay": "1s"}
+        kube, group, "brief", group, 8, annotations={"sim.nodeagent.io/ready-delay": "1s"}
     )
     ku.pdb(kube, group, "brief", {"app": "brief"}, maxUnavailable=1)
-    ku.wait_running(kube, node, 2)
+    ku.wait_running(kube, node, 8)
     ku.wait_pdb_ready(kube, group, "brief")
     ku.open_node(kube, spare)
     events = EventRecorder(kube, node)
@@ -310,10 +312,11 @@ def test_only_a_lasting_refusal_gets_an_eviction_blocked_event(cluster: Any, kub
     result = Drain(kube, node, DrainOptions(deadline=60), events).run()
     events.flush(10)
     assert result.outcome == "drained"
+    assert result.seconds > BLOCKED_EVENT_AFTER + 1, "too short a queue to prove anything"
     now = metrics.REGISTRY.get_sample_value("nodeagent_evictions_total", {"result": "blocked"})
     assert (now or 0) > (blocked or 0), "no refusal: the test proves nothing"
     reasons = pod_event_reasons(kube, group)
-    assert reasons["Evicted"] == 2 and reasons["EvictionBlocked"] == 0, reasons
+    assert reasons["Evicted"] == 8 and reasons["EvictionBlocked"] == 0, reasons
 
     other, node2, _spare2 = ku.node_pair(cluster, kube, "eb")
     ku.deployment(kube, other, "quorum", other, 1)

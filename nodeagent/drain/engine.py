@@ -47,7 +47,7 @@ PDB_BACKOFF_MAX = 10.0
 MULTI_PDB_RETRY = 30.0
 PROGRESS_EVERY = 5.0
 CONFLICT_WAIT = 5.0  # seconds for the watch to show a pod the server refused as stale
-BLOCKED_EVENT_AFTER = 5.0  # seconds a pod's eviction is refused before its Event
+BLOCKED_EVENT_AFTER = 5.0  # seconds a refusing budget lets no pod go before the Event
 
 
 class ExitCode(IntEnum):
@@ -246,6 +246,8 @@ class Drain:
         self._pods = pods if pods is not None else node_pods(kube, node_name)
         self._pdbs: Reflector | None = None
         self._pdb_generation: Counter[str] = Counter()
+        # PDB ("namespace/name") -> monotonic time it last let a pod it had refused go
+        self._budget_moved: dict[str, float] = {}
         self._pdbs_unreadable = threading.Event()  # 403 on PDBs: pace retries on backoff
         self._lock = threading.Lock()
         self._start = 0.0
@@ -503,9 +505,7 @@ class Drain:
             sent = self._latest(ev)
             try:
                 self._post_eviction(sent)
-                ev.accepted = True
-                ev.outcome.evicted_at = time.monotonic()
-                ev.outcome.note("")
+                self._accepted(ev)
                 metrics.EVICTIONS.labels("accepted").inc()
                 self._pod_event(ev, "Evicted", f"Evicted by nodeagent ({self.opts.reason})")
                 return
@@ -593,9 +593,7 @@ class Drain:
         except KubeError as exc:
             log.info("%s: could not finish its granted eviction: %s", ev.outcome.ref, exc)
             return False
-        ev.accepted = True
-        ev.outcome.evicted_at = time.monotonic()
-        ev.outcome.note("")
+        self._accepted(ev)
         metrics.EVICTIONS.labels("granted").inc()  # a grant an earlier drain left, finished
         when = datetime.fromtimestamp(grant.at, UTC).strftime("%H:%M:%SZ")
         message = f"Finished the eviction granted at {when} ({grant.source}) but never carried out"
@@ -610,6 +608,13 @@ class Drain:
                 return pdb
         return None
 
+    def _accepted(self, ev: _Eviction) -> None:
+        ev.accepted = True
+        ev.outcome.evicted_at = time.monotonic()
+        for pdb in ev.outcome.pdbs:  # the budgets that had refused it let it go
+            self._budget_moved[pdb] = ev.outcome.evicted_at
+        ev.outcome.note("")
+
     def _blocked(self, ev: _Eviction, detail: str, pdbs: tuple[str, ...] = ()) -> None:
         ev.outcome.note(detail, pdbs)
         now = time.monotonic()
@@ -617,9 +622,11 @@ class Drain:
             ev.blocked_since = now
             metrics.EVICTIONS.labels("blocked").inc()  # once per pod and drain
             self.progress(f"{ev.outcome.ref}: eviction blocked: {detail}")
-        # The Event only for a refusal that lasts: a PDB letting pods go one at a time
-        # refuses most of them briefly, and an Event each would double the drain's writes.
-        if not ev.reported_block and now - ev.blocked_since >= BLOCKED_EVENT_AFTER:
+        # The Event only for a budget that lets nothing go for a while: one letting pods
+        # go one at a time (as fast as replacements get Ready) refuses each pod until its
+        # turn, however long the queue; an Event each would double the drain's writes.
+        since = max([ev.blocked_since, *(self._budget_moved.get(p, 0.0) for p in pdbs)])
+        if not ev.reported_block and now - since >= BLOCKED_EVENT_AFTER:
             ev.reported_block = True
             self._pod_event(ev, "EvictionBlocked", detail, WARNING)
 
