@@ -388,6 +388,9 @@ def run(**params: Any) -> None:
     from nodeagent.host.preload import preload
 
     preload()  # a package upgrade must not give this process a mix of versions
+    from nodeagent.report import metrics
+
+    metrics.enable()  # before anything counts
     from nodeagent.agent.daemon import Agent
     from nodeagent.agent.loops import Notifier
     from nodeagent.kube.credentials import connect

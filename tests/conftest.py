@@ -10,6 +10,13 @@ from typing import Any
 import pytest
 
 from nodeagent.kube.client import Kube
+from nodeagent.report import metrics
+
+
+@pytest.fixture(scope="session", autouse=True)
+def metrics_on() -> None:
+    """In-process agent code counts as the daemon's does (a one-shot command does not)."""
+    metrics.enable()
 
 
 @pytest.fixture(scope="session")

@@ -188,7 +188,7 @@ def test_a_blocked_pod_carries_its_pdb_as_data(pair: Pair) -> None:
 
 
 def evictions(result: str) -> float:
-    return metrics.REGISTRY.get_sample_value("nodeagent_evictions_total", {"result": result}) or 0
+    return metrics.enable().get_sample_value("nodeagent_evictions_total", {"result": result}) or 0
 
 
 def test_evictions_are_counted(pair: Pair) -> None:

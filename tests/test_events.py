@@ -14,7 +14,7 @@ from tests.tcpproxy import Proxy
 
 
 def dropped() -> float:
-    return metrics.REGISTRY.get_sample_value("nodeagent_events_dropped_total") or 0
+    return metrics.enable().get_sample_value("nodeagent_events_dropped_total") or 0
 
 
 def test_unsent_events_are_bounded_oldest_dropped_first(

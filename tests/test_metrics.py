@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 
@@ -38,3 +40,22 @@ def test_healthz_follows_the_loops_and_metrics_are_served(host: str) -> None:
 
 def test_empty_address_serves_nothing() -> None:
     assert metrics.serve("", list) is None
+
+
+def test_a_one_shot_command_counts_nothing_and_never_imports_prometheus() -> None:
+    """Metrics are created by `enable()` (the daemon's first step); before it, updates
+    are dropped without prometheus_client being imported."""
+    code = (
+        "import sys\n"
+        "from nodeagent.report import metrics\n"
+        "metrics.EVICTIONS.labels('accepted').inc()\n"
+        "metrics.HEARTBEAT.set_to_current_time()\n"
+        "metrics.DRAIN_SECONDS.observe(1.0)\n"
+        "from nodeagent.drain import engine\n"
+        "assert 'prometheus_client' not in sys.modules, 'imported'\n"
+        "registry = metrics.enable()\n"
+        "metrics.EVICTIONS.labels('accepted').inc()\n"
+        "print(registry.get_sample_value('nodeagent_evictions_total', {'result': 'accepted'}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "1.0"

@@ -178,7 +178,7 @@ def wait_event(kube: Kube, ns: str, reason: str, uid: str, kind: str = "") -> JS
 
 
 def counter(name: str, **labels: str) -> float:
-    return metrics.REGISTRY.get_sample_value(f"nodeagent_{name}_total", labels) or 0.0
+    return metrics.enable().get_sample_value(f"nodeagent_{name}_total", labels) or 0.0
 
 
 def reject_by_status(kube: Kube, ns: str, name: str, reason: str = "OutOfcpu") -> JSON:
