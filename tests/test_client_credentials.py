@@ -25,6 +25,7 @@ import yaml
 
 from nodeagent.kube.client import Kube, KubeConfigError
 from nodeagent.kube.endpoint import Endpoint, in_cluster
+from nodeagent.kube.transport import _env_proxy
 from tests import kubeutil as ku
 
 REPO = Path(__file__).resolve().parent.parent
@@ -196,3 +197,25 @@ def test_a_proxy_the_client_cannot_use_is_one_line() -> None:
         "cannot connect to https://127.0.0.1:1: proxy socks5://127.0.0.1:2: "
         "only http and https proxies are supported"
     )
+
+
+@pytest.mark.parametrize(
+    ("env", "proxy"),
+    [
+        ({}, ""),
+        ({"HTTPS_PROXY": "http://proxy:3128"}, "http://proxy:3128"),
+        ({"https_proxy": "http://proxy:3128", "no_proxy": "10.0.0.1"}, ""),
+        ({"https_proxy": "http://proxy:3128", "NO_PROXY": "other.example"}, "http://proxy:3128"),
+        ({"http_proxy": "http://proxy:3128"}, ""),  # not for an https server
+        ({"all_proxy": "http://proxy:3128"}, "http://proxy:3128"),
+    ],
+)
+def test_the_proxy_from_the_environment(
+    env: dict[str, str], proxy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in list(os.environ):
+        if name.lower().endswith("_proxy"):
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert _env_proxy("https://10.0.0.1:6443") == proxy
