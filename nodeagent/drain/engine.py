@@ -20,7 +20,7 @@ import random
 import re
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
@@ -458,8 +458,14 @@ class Drain:
         return self._state(ev) is not PodState.PRESENT
 
     def _wait_gone(self, batch: list[_Eviction], until: float) -> None:
+        # A pod once gone stays gone, so each check resumes where the last one stopped:
+        # checking the whole batch on every watch event was quadratic in its size.
+        waiting = deque(batch)
+
         def done() -> bool:
-            return self._work.cancelled or all(self._gone(e) for e in batch)
+            while waiting and self._gone(waiting[0]):
+                waiting.popleft()
+            return self._work.cancelled or not waiting
 
         next_report = time.monotonic() + PROGRESS_EVERY
         while not done() and time.monotonic() < until:
