@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -106,13 +107,19 @@ def run_drain(drainer: Drainer, node: str, namespace: str, who: Identity, kubect
     with tempfile.TemporaryFile("w+") as output:
         started = time.time()
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=output, stderr=subprocess.STDOUT)
-        killer = threading.Timer(DEADLINE + 60, proc.kill)
+        killer = threading.Timer(DEADLINE + 60, os.kill, (proc.pid, signal.SIGKILL))
+        killer.daemon = True
         killer.start()
-        # wait4, not wait: the process's own CPU time, which a fleet of drains sharing
-        # the machine's cores is made of.
-        _, status, usage = os.wait4(proc.pid, 0)
+        try:
+            # wait4, not wait: the process's own CPU time, which a fleet of drains
+            # sharing the machine's cores is made of.
+            _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:
+            proc.kill()
+            raise
+        finally:
+            killer.cancel()
         ended = time.time()
-        killer.cancel()
         proc.returncode = os.waitstatus_to_exitcode(status)
         output.seek(0)
         text = output.read()

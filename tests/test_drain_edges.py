@@ -26,7 +26,7 @@ from nodeagent.drain.engine import (
     PodState,
     pod_state,
 )
-from nodeagent.drain.podfilter import FinishedPods, controller_of
+from nodeagent.drain.podfilter import FinishedPods, controller_of, terminated_by_kubelet
 from nodeagent.drain.summary import render
 from nodeagent.kube.client import JSON, Kube, api_stamp, node_path, pods_path
 from nodeagent.kube.watch import node_pods
@@ -330,17 +330,18 @@ def test_only_a_lasting_refusal_gets_an_eviction_blocked_event(cluster: Any, kub
     assert pod_event_reasons(kube, other)["EvictionBlocked"] == 1
 
 
-def test_a_pod_failed_while_its_eviction_is_refused_is_kept(
+def test_a_pod_the_kubelet_terminates_gets_no_more_evictions_and_is_kept(
     cluster: Any, kube: Kube, admin_kubeconfig: str, tmp_path: Path
 ) -> None:
-    """The kubelet fails a pod (as at node shutdown) while the drain retries its refused
-    eviction, before the drain's watch shows it: the server would let the retried
-    eviction delete it, PDB or not, since it is finished. The drain keeps finished pods,
-    so its eviction names the version it saw and is refused instead."""
+    """The kubelet starts to kill a pod (node shutdown: DisruptionTarget, reason
+    TerminationByKubelet) while the drain retries its refused eviction, and fails it
+    before the drain's watch shows the end. The server would let a retried eviction
+    delete the finished pod, PDB or not; the drain keeps finished pods, so it stops
+    evicting a pod once the kubelet terminates it."""
     group, node, _spare = ku.node_pair(cluster, kube, "fin")
     ku.bare_pod(kube, group, "solo", node)
     kube.merge_patch(pods_path(group, "solo"), {"metadata": {"labels": {"app": "solo"}}})
-    ku.wait_running(kube, node, 1)
+    uid = ku.wait_running(kube, node, 1)[0]["metadata"]["uid"]
     ku.pdb(kube, group, "solo", {"app": "solo"}, minAvailable=1)  # never allows
     ku.wait_pdb_ready(kube, group, "solo")
     port = urlsplit(kube.host).port
@@ -359,10 +360,21 @@ def test_a_pod_failed_while_its_eviction_is_refused_is_kept(
     runner.start()
     try:
         assert refused.wait(20), "the eviction was never refused: the test proves nothing"
+        killing = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "TerminationByKubelet",
+            "message": "Pod was terminated in response to imminent node shutdown.",
+        }
+        kube.merge_patch(
+            pods_path(group, "solo") + "/status", {"status": {"conditions": [killing]}}
+        )
+        seen = lambda: terminated_by_kubelet(pods.objects.get(uid) or {})  # noqa: E731
+        ku.wait_until(seen, 10, "the drain's watch to show the kill")
         proxy.cut("blackhole")  # the drain's watch sees nothing from here on
         set_phase(kube, group, "solo", "Failed")
-        # The PDB's status changes with the pod, which wakes the refused eviction's
-        # retry at once (its backoff is 1-2 s): an unconditional one deletes the pod.
+        # The PDB's status changes with the pod, which would wake a refused eviction's
+        # retry at once (its backoff is 1-2 s anyway): one sent now deletes the pod.
         end = time.monotonic() + 8
         while time.monotonic() < end:
             assert ku.exists(kube, pods_path(group, "solo")), "the finished pod was deleted"

@@ -3,8 +3,8 @@
 One deadline bounds everything. Evictions run concurrently and follow explicit retry
 rules (429 from a PDB: retry when a PDB in that namespace changes or after a short
 jittered backoff; 429 without a PDB cause: rate limited, honour Retry-After; 500 for
-several PDBs: report and stop hammering; 404: the pod is gone; 409: it is gone,
-replaced or changed since seen, so judge it again once the watch shows it). A pod
+several PDBs: report and stop hammering; 404/409: the pod is already gone). A pod
+the kubelet is terminating itself is left to it: no eviction is sent for it.. A pod
 counts as gone when a pod with its UID no longer runs on the node, as seen by a
 watch of the node's pods, never by sleeping.
 
@@ -46,7 +46,6 @@ PDB_BACKOFF_START = 1.0
 PDB_BACKOFF_MAX = 10.0
 MULTI_PDB_RETRY = 30.0
 PROGRESS_EVERY = 5.0
-CONFLICT_WAIT = 5.0  # seconds for the watch to show a pod the server refused as stale
 BLOCKED_EVENT_AFTER = 5.0  # seconds a refusing budget lets no pod go before the Event
 
 
@@ -192,6 +191,7 @@ class _Eviction:
     outcome: PodOutcome
     accepted: bool = False
     blocked_since: float | None = None  # monotonic time of the first refusal
+    refused_by: set[str] = field(default_factory=set)  # every PDB that refused it
     reported_block: bool = False
 
 
@@ -458,13 +458,16 @@ class Drain:
         return self._state(ev) is not PodState.PRESENT
 
     def _wait_gone(self, batch: list[_Eviction], until: float) -> None:
-        # A pod once gone stays gone, so each check resumes where the last one stopped:
-        # checking the whole batch on every watch event was quadratic in its size.
+        # Each check resumes where the last one stopped (checking the whole batch on every
+        # watch event was quadratic in its size), and a last full pass confirms: a pod can
+        # come back (a finished one held by finalizers, then deleted, waits again).
         waiting = deque(batch)
 
         def done() -> bool:
             while waiting and self._gone(waiting[0]):
                 waiting.popleft()
+            if not waiting:
+                waiting.extend(e for e in batch if not self._gone(e))
             return self._work.cancelled or not waiting
 
         next_report = time.monotonic() + PROGRESS_EVERY
@@ -506,21 +509,19 @@ class Drain:
     def _evict_until_accepted(self, ev: _Eviction) -> None:
         backoff = PDB_BACKOFF_START
         while not self._work.cancelled and time.monotonic() < self._deadline:
-            if ev.accepted or self._gone(ev) or self._finish_granted(ev):
+            if ev.accepted or self._gone(ev) or self._kubelet_terminates(ev):
                 return
-            sent = self._latest(ev)
+            if self._finish_granted(ev):
+                return
             try:
-                self._post_eviction(sent)
+                self._post_eviction(ev)
                 self._accepted(ev)
                 metrics.EVICTIONS.labels("accepted").inc()
                 self._pod_event(ev, "Evicted", f"Evicted by nodeagent ({self.opts.reason})")
                 return
             except ApiError as exc:
-                if exc.status == 404:
+                if exc.status in (404, 409):  # gone, or a new pod under the old name
                     return
-                if exc.status == 409:  # not the pod as seen: gone, replaced or changed
-                    self._wait_newer(ev, sent["metadata"]["resourceVersion"])
-                    continue
                 if exc.status in (401, 403):
                     raise DrainAborted(f"eviction of {ev.outcome.ref} forbidden: {exc}") from None
                 backoff = self._after_refusal(ev, exc, backoff)
@@ -529,34 +530,25 @@ class Drain:
                 self._sleep(backoff)
                 backoff = min(backoff * 2, PDB_BACKOFF_MAX)
 
-    def _latest(self, ev: _Eviction) -> JSON:
-        return self._pods.objects.get(ev.outcome.uid) or ev.pod
+    def _kubelet_terminates(self, ev: _Eviction) -> bool:
+        """The kubelet is killing the pod itself (node shutdown or node pressure): an
+        eviction adds nothing, and one retried as the pod finishes would delete it,
+        PDB or not (the API server lets any finished pod go), losing its record."""
+        pod = self._pods.objects.get(ev.outcome.uid)
+        if pod is None or not podfilter.terminated_by_kubelet(pod):
+            return False
+        ev.outcome.note("being terminated by the kubelet")
+        return True
 
-    def _post_eviction(self, pod: JSON) -> None:
-        """Evict `pod` as seen, and only as seen: the resourceVersion precondition makes
-        the server refuse (409) a pod that changed since. Without it, a pod that the
-        kubelet has just failed (at shutdown, say) would be deleted, PDB or not: the
-        server lets any finished pod go, and a finished pod's object is its only record."""
-        meta = pod["metadata"]
-        preconditions = {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]}
+    def _post_eviction(self, ev: _Eviction) -> None:
+        meta = ev.pod["metadata"]
         body = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
             "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-            "deleteOptions": {"preconditions": preconditions},
+            "deleteOptions": {"preconditions": {"uid": meta["uid"]}},
         }
         self.kube.post(pods_path(meta["namespace"], meta["name"]) + "/eviction", body)
-
-    def _wait_newer(self, ev: _Eviction, seen: str) -> None:
-        """After a 409, wait until the watch shows the pod newer than `seen`, or gone,
-        so the next attempt judges (and evicts) the pod as the server has it."""
-
-        def caught_up() -> bool:
-            pod = self._pods.objects.get(ev.outcome.uid)
-            newer = pod is None or pod["metadata"]["resourceVersion"] != seen
-            return newer or self._work.cancelled
-
-        self._wait_watch(caught_up, min(self._deadline, time.monotonic() + CONFLICT_WAIT))
 
     def _after_refusal(self, ev: _Eviction, exc: ApiError, backoff: float) -> float:
         """Wait as the refusal asks; return the next backoff."""
@@ -617,12 +609,13 @@ class Drain:
     def _accepted(self, ev: _Eviction) -> None:
         ev.accepted = True
         ev.outcome.evicted_at = time.monotonic()
-        for pdb in ev.outcome.pdbs:  # the budgets that had refused it let it go
+        for pdb in ev.refused_by:  # the budgets that had refused it let it go
             self._budget_moved[pdb] = ev.outcome.evicted_at
         ev.outcome.note("")
 
     def _blocked(self, ev: _Eviction, detail: str, pdbs: tuple[str, ...] = ()) -> None:
         ev.outcome.note(detail, pdbs)
+        ev.refused_by.update(pdbs)
         now = time.monotonic()
         if ev.blocked_since is None:
             ev.blocked_since = now

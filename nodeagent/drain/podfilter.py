@@ -58,6 +58,20 @@ def is_finished(pod: JSON) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
+def terminated_by_kubelet(pod: JSON) -> bool:
+    """The kubelet has started to kill `pod` itself (`DisruptionTarget` with reason
+    `TerminationByKubelet`: a graceful node shutdown or a node-pressure eviction). It
+    sets the condition when the kill starts, the Failed phase only once it is done."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if (cond.get("type"), cond.get("status"), cond.get("reason")) == (
+            "DisruptionTarget",
+            "True",
+            "TerminationByKubelet",
+        ):
+            return True
+    return False
+
+
 def skip_finished(pod: JSON) -> str | None:
     return f"finished ({pod['status']['phase']})" if is_finished(pod) else None
 
