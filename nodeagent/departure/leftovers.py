@@ -31,6 +31,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from nodeagent.config import LeftoversConfig
+from nodeagent.drain import podfilter
 from nodeagent.drain.podfilter import controller_of
 from nodeagent.kube.client import (
     JSON,
@@ -49,8 +50,6 @@ from nodeagent.report.events import EventRecorder
 log = logging.getLogger(__name__)
 
 SHUTDOWN_REASON = "Terminated"  # pod status reason (nodeShutdownReason)
-TARGET = "DisruptionTarget"
-BY_KUBELET = "TerminationByKubelet"
 EVENT_REASON = "ShutdownLeftoverDeleted"
 
 
@@ -69,14 +68,8 @@ def killed_at(pod: JSON) -> float | None:
     status = pod.get("status") or {}
     if status.get("phase") != "Failed" or status.get("reason") != SHUTDOWN_REASON:
         return None
-    for cond in status.get("conditions") or []:
-        if (cond.get("type"), cond.get("status"), cond.get("reason")) == (
-            TARGET,
-            "True",
-            BY_KUBELET,
-        ):
-            return api_time(cond.get("lastTransitionTime"))
-    return None
+    cond = podfilter.kubelet_termination(pod)
+    return None if cond is None else api_time(cond.get("lastTransitionTime"))
 
 
 def replaced(replicaset: JSON | None, owner_uid: str) -> bool:

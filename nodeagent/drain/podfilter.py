@@ -58,18 +58,22 @@ def is_finished(pod: JSON) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
-def terminated_by_kubelet(pod: JSON) -> bool:
-    """The kubelet has started to kill `pod` itself (`DisruptionTarget` with reason
-    `TerminationByKubelet`: a graceful node shutdown or a node-pressure eviction). It
-    sets the condition when the kill starts, the Failed phase only once it is done."""
+def kubelet_termination(pod: JSON) -> JSON | None:
+    """The condition by which the kubelet says it kills `pod` itself (`DisruptionTarget`
+    with reason `TerminationByKubelet`: a graceful node shutdown or a node-pressure
+    eviction), or None. It is set when the kill starts, the Failed phase only once done."""
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if (cond.get("type"), cond.get("status"), cond.get("reason")) == (
             "DisruptionTarget",
             "True",
             "TerminationByKubelet",
         ):
-            return True
-    return False
+            return dict(cond)
+    return None
+
+
+def terminated_by_kubelet(pod: JSON) -> bool:
+    return kubelet_termination(pod) is not None
 
 
 def skip_finished(pod: JSON) -> str | None:
