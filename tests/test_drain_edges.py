@@ -26,7 +26,7 @@ from nodeagent.drain.engine import (
     PodState,
     pod_state,
 )
-from nodeagent.drain.podfilter import FinishedPods, controller_of, terminated_by_kubelet
+from nodeagent.drain.podfilter import FinishedPods, controller_of
 from nodeagent.drain.summary import render
 from nodeagent.kube.client import JSON, Kube, api_stamp, node_path, pods_path
 from nodeagent.kube.watch import node_pods
@@ -330,20 +330,51 @@ def test_only_a_lasting_refusal_gets_an_eviction_blocked_event(cluster: Any, kub
     assert pod_event_reasons(kube, other)["EvictionBlocked"] == 1
 
 
-def test_a_pod_the_kubelet_terminates_gets_no_more_evictions_and_is_kept(
-    cluster: Any, kube: Kube, admin_kubeconfig: str, tmp_path: Path
-) -> None:
-    """The kubelet starts to kill a pod (node shutdown: DisruptionTarget, reason
-    TerminationByKubelet) while the drain retries its refused eviction, and fails it
-    before the drain's watch shows the end. The server would let a retried eviction
-    delete the finished pod, PDB or not; the drain keeps finished pods, so it stops
-    evicting a pod once the kubelet terminates it."""
-    group, node, _spare = ku.node_pair(cluster, kube, "fin")
+# The status the kubelet posts when its graceful node shutdown has killed a pod: the
+# phase and the condition in one write (it holds the condition back until then).
+KILLED_AT_SHUTDOWN = {
+    "phase": "Failed",
+    "reason": "Terminated",
+    "message": "Pod was terminated in response to imminent node shutdown.",
+    "conditions": [
+        {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "TerminationByKubelet",
+            "message": "Pod was terminated in response to imminent node shutdown.",
+        }
+    ],
+}
+
+
+@dataclass
+class Retrying:
+    """A drain retrying the refused eviction of the bare pod `solo`, its pod watch
+    through a relay the test can blackhole."""
+
+    group: str
+    node: str
+    uid: str
+    proxy: Proxy
+    drain: Drain
+    results: list[DrainResult]
+    runner: threading.Thread
+
+
+def retrying_drain(
+    cluster: Any, kube: Kube, tmp_path: Path, prefix: str, as_kubelet: bool = False
+) -> Retrying:
+    """`as_kubelet`: the drain runs as the node's kubelet, which cannot read PDBs (so
+    nothing but its own bookkeeping can finish an eviction the budget granted)."""
+    group, node, _spare = ku.node_pair(cluster, kube, prefix)
     ku.bare_pod(kube, group, "solo", node)
     kube.merge_patch(pods_path(group, "solo"), {"metadata": {"labels": {"app": "solo"}}})
     uid = ku.wait_running(kube, node, 1)[0]["metadata"]["uid"]
-    ku.pdb(kube, group, "solo", {"app": "solo"}, minAvailable=1)  # never allows
+    ku.pdb(kube, group, "solo", {"app": "solo"}, minAvailable=1)  # allows nothing
     ku.wait_pdb_ready(kube, group, "solo")
+    kubeconfig = Path(cluster.workdir) / "admin.kubeconfig"
+    if as_kubelet:
+        kubeconfig = cluster.mint_node_kubeconfig(node, tmp_path / "kubelet.kubeconfig")
     port = urlsplit(kube.host).port
     assert port is not None
     proxy = Proxy(port)
@@ -353,35 +384,68 @@ def test_a_pod_the_kubelet_terminates_gets_no_more_evictions_and_is_kept(
         if "solo: eviction blocked" in message:
             refused.set()
 
-    pods = node_pods(ku.via_proxy(proxy.port, admin_kubeconfig, tmp_path), node)
-    drain = Drain(kube, node, DrainOptions(deadline=40), progress=progress, pods=pods)
+    pods = node_pods(ku.via_proxy(proxy.port, str(kubeconfig), tmp_path), node)
+    client = Kube.from_kubeconfig(str(kubeconfig))
+    drain = Drain(client, node, DrainOptions(deadline=60), progress=progress, pods=pods)
     results: list[DrainResult] = []
     runner = threading.Thread(target=lambda: results.append(drain.run()), daemon=True)
     runner.start()
+    assert refused.wait(20), "the eviction was never refused: the test proves nothing"
+    return Retrying(group, node, uid, proxy, drain, results, runner)
+
+
+def test_a_pod_that_finishes_while_its_eviction_is_retried_is_kept(
+    cluster: Any, kube: Kube, tmp_path: Path
+) -> None:
+    """The kubelet kills a pod (node shutdown) while the drain retries its refused
+    eviction, and the drain's watch has not shown it yet. The server lets an eviction of
+    a finished pod delete it, PDB or not; the drain keeps finished pods, so its evictions
+    carry the resourceVersion they were judged on, and a 409 keeps the pod."""
+    r = retrying_drain(cluster, kube, tmp_path, "fin")
+    path = pods_path(r.group, "solo")
     try:
-        assert refused.wait(20), "the eviction was never refused: the test proves nothing"
-        killing = {
-            "type": "DisruptionTarget",
-            "status": "True",
-            "reason": "TerminationByKubelet",
-            "message": "Pod was terminated in response to imminent node shutdown.",
-        }
-        kube.merge_patch(
-            pods_path(group, "solo") + "/status", {"status": {"conditions": [killing]}}
-        )
-        seen = lambda: terminated_by_kubelet(pods.objects.get(uid) or {})  # noqa: E731
-        ku.wait_until(seen, 10, "the drain's watch to show the kill")
-        proxy.cut("blackhole")  # the drain's watch sees nothing from here on
-        set_phase(kube, group, "solo", "Failed")
-        # The PDB's status changes with the pod, which would wake a refused eviction's
-        # retry at once (its backoff is 1-2 s anyway): one sent now deletes the pod.
+        r.proxy.cut("blackhole")  # the drain's watch sees nothing from here on
+        kube.merge_patch(path + "/status", {"status": KILLED_AT_SHUTDOWN})
+        # The PDB's status changes with the pod, which wakes the refused eviction's retry
+        # at once (its backoff is 1-2 s anyway): one granted now deletes the pod.
         end = time.monotonic() + 8
         while time.monotonic() < end:
-            assert ku.exists(kube, pods_path(group, "solo")), "the finished pod was deleted"
+            assert ku.exists(kube, path), "the finished pod was deleted"
             time.sleep(0.2)
     finally:
-        proxy.cut("relay")  # the hung watch fails, the next one is answered
-    runner.join(40)
-    proxy.close()
-    assert results and results[0].outcome is DrainOutcome.DRAINED, results
-    assert kube.get(pods_path(group, "solo"))["status"]["phase"] == "Failed"
+        r.proxy.cut("relay")  # the hung watch fails, the next one is answered
+    r.runner.join(60)
+    r.proxy.close()
+    assert r.results and r.results[0].outcome is DrainOutcome.DRAINED, r.results
+    assert kube.get(path)["status"]["phase"] == "Failed"
+
+
+def test_an_eviction_granted_as_the_pod_changed_is_carried_out(
+    cluster: Any, kube: Kube, tmp_path: Path
+) -> None:
+    """The budget frees up while the drain's copy of a Ready pod is stale. The server
+    spends the budget before it checks the resourceVersion and answers 409 with nothing
+    else written; retried, the eviction would be refused for the 2 minutes the budget
+    counts the pod as gone. The drain sees from the next version that the pod was Ready
+    throughout, and carries the eviction out itself: a delete with UID and version."""
+    r = retrying_drain(cluster, kube, tmp_path, "gra", as_kubelet=True)
+    path = pods_path(r.group, "solo")
+    pdb_path = f"/apis/policy/v1/namespaces/{r.group}/poddisruptionbudgets/solo"
+    try:
+        r.proxy.cut("blackhole")
+        kube.merge_patch(path, {"metadata": {"labels": {"changed": "yes"}}})
+        kube.merge_patch(pdb_path, {"spec": {"minAvailable": 0}})
+
+        def spent() -> bool:
+            status = kube.get(pdb_path).get("status") or {}
+            return "solo" in (status.get("disruptedPods") or {})
+
+        # The retries are paced by a 1-10 s backoff: PDBs are not readable to the kubelet.
+        ku.wait_until(spent, 30, "the stale eviction to spend the budget")
+        assert ku.exists(kube, path), "the stale eviction deleted the pod: no 409"
+    finally:
+        r.proxy.cut("relay")
+    r.runner.join(60)
+    r.proxy.close()
+    assert r.results and r.results[0].outcome is DrainOutcome.DRAINED, r.results
+    assert not ku.exists(kube, path)

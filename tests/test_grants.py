@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from nodeagent.drain.engine import Drain, DrainOptions
-from nodeagent.drain.grants import Grant, grant_of, is_fresh
+from nodeagent.drain.grants import Grant, grant_of, granted_despite_conflict, is_fresh
 from nodeagent.kube.client import JSON, ApiError, Kube, api_stamp, api_time, pods_path
 from nodeagent.report.events import EventRecorder
 from tests import kubeutil as ku
@@ -87,6 +87,48 @@ def test_grant_of(obj: JSON, budget: JSON | None, grant: Grant | None) -> None:
 )
 def test_fresh_by_the_server_clock(age: float, fresh: bool) -> None:
     assert is_fresh(Grant(T0, "condition"), T0 + age) is fresh
+
+
+def version(
+    rv: str, *, ready_at: float | None = T0 - 100, phase: str = "Running", **kw: Any
+) -> JSON:
+    obj = pod(ready_at=ready_at, **kw)
+    obj["metadata"]["resourceVersion"] = rv
+    obj["status"]["phase"] = phase
+    return obj
+
+
+def other_uid(obj: JSON) -> JSON:
+    obj["metadata"]["uid"] = "another"
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("seen", "granted"),
+    [
+        # Ready throughout: the handler read it Ready, so it spent the budget first.
+        (version("8"), True),
+        # Finished: the handler let it go without a budget (and the drain keeps it).
+        (version("8", phase="Failed"), False),
+        (version("8", phase="Succeeded"), False),
+        # Being deleted: someone else's delete, nothing spent.
+        (version("8", deleting=True), False),
+        # Unready now: the handler may have taken the unready path, nothing spent.
+        (version("8", ready_at=None), False),
+        # Ready again since: it was unready in between, when the handler may have read it.
+        (version("8", ready_at=T0 - 1), False),
+        # Another pod under the same name.
+        (other_uid(version("8")), False),
+    ],
+)
+def test_granted_despite_conflict(seen: JSON, granted: bool) -> None:
+    assert granted_despite_conflict(version("7"), seen) is granted
+
+
+def test_an_unready_pod_is_never_taken_for_granted() -> None:
+    unready = version("7", ready_at=None)
+    assert not granted_despite_conflict(unready, version("8", ready_at=None))
+    assert not granted_despite_conflict(unready, version("8"))
 
 
 def spend_budget_without_delete(kube: Kube, ns: str, name: str) -> None:

@@ -3,8 +3,9 @@
 One deadline bounds everything. Evictions run concurrently and follow explicit retry
 rules (429 from a PDB: retry when a PDB in that namespace changes or after a short
 jittered backoff; 429 without a PDB cause: rate limited, honour Retry-After; 500 for
-several PDBs: report and stop hammering; 404/409: the pod is already gone). A pod
-the kubelet is terminating itself is left to it: no eviction is sent for it.. A pod
+several PDBs: report and stop hammering; 404: the pod is already gone). A pod
+is evicted only as judged (its resourceVersion is a precondition), so one that
+finished meanwhile is kept, not deleted (nodeagent.drain.grants). A pod
 counts as gone when a pod with its UID no longer runs on the node, as seen by a
 watch of the node's pods, never by sleeping.
 
@@ -509,19 +510,22 @@ class Drain:
     def _evict_until_accepted(self, ev: _Eviction) -> None:
         backoff = PDB_BACKOFF_START
         while not self._work.cancelled and time.monotonic() < self._deadline:
-            if ev.accepted or self._gone(ev) or self._kubelet_terminates(ev):
+            if ev.accepted or self._gone(ev):
                 return
             if self._finish_granted(ev):
                 return
+            sent = self._pods.objects.get(ev.outcome.uid) or ev.pod
             try:
-                self._post_eviction(ev)
-                self._accepted(ev)
-                metrics.EVICTIONS.labels("accepted").inc()
-                self._pod_event(ev, "Evicted", f"Evicted by nodeagent ({self.opts.reason})")
+                self._post_eviction(sent)
+                self._evicted(ev, f"Evicted by nodeagent ({self.opts.reason})")
                 return
             except ApiError as exc:
-                if exc.status in (404, 409):  # gone, or a new pod under the old name
+                if exc.status == 404:
                     return
+                if exc.status == 409:  # it changed since `sent`, or was replaced
+                    if self._after_conflict(ev, sent):
+                        return
+                    continue
                 if exc.status in (401, 403):
                     raise DrainAborted(f"eviction of {ev.outcome.ref} forbidden: {exc}") from None
                 backoff = self._after_refusal(ev, exc, backoff)
@@ -530,25 +534,61 @@ class Drain:
                 self._sleep(backoff)
                 backoff = min(backoff * 2, PDB_BACKOFF_MAX)
 
-    def _kubelet_terminates(self, ev: _Eviction) -> bool:
-        """The kubelet is killing the pod itself (node shutdown or node pressure): an
-        eviction adds nothing, and one retried as the pod finishes would delete it,
-        PDB or not (the API server lets any finished pod go), losing its record."""
-        pod = self._pods.objects.get(ev.outcome.uid)
-        if pod is None or not podfilter.terminated_by_kubelet(pod):
-            return False
-        ev.outcome.note("being terminated by the kubelet")
-        return True
-
-    def _post_eviction(self, ev: _Eviction) -> None:
-        meta = ev.pod["metadata"]
+    def _post_eviction(self, pod: JSON) -> None:
+        """Evict `pod` as judged: its UID and resourceVersion are preconditions, so a pod
+        that finished meanwhile is not deleted (the server lets any finished pod go,
+        whatever its budget; the drain keeps them)."""
+        meta = pod["metadata"]
+        preconditions = {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]}
         body = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
             "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-            "deleteOptions": {"preconditions": {"uid": meta["uid"]}},
+            "deleteOptions": {"preconditions": preconditions},
         }
         self.kube.post(pods_path(meta["namespace"], meta["name"]) + "/eviction", body)
+
+    def _evicted(self, ev: _Eviction, message: str) -> None:
+        self._accepted(ev)
+        metrics.EVICTIONS.labels("accepted").inc()
+        self._pod_event(ev, "Evicted", message)
+
+    def _after_conflict(self, ev: _Eviction, sent: JSON) -> bool:
+        """After a 409 for `sent`: once the watch shows the pod's next version, finish
+        the eviction if the server granted it anyway (see nodeagent.drain.grants).
+        True when done with the pod; False to judge it again."""
+        while True:
+            seen = self._next_version(ev, sent)
+            if seen is None or self._work.cancelled or self._gone(ev):
+                return True
+            if not grants.granted_despite_conflict(sent, seen):
+                return False
+            try:
+                grants.complete(self.kube, seen)
+            except ApiError as exc:
+                if exc.status == 409:  # changed again: Ready throughout is still the test
+                    sent = seen
+                    continue
+                return exc.status == 404
+            except KubeError as exc:
+                ev.outcome.note(f"could not finish its granted eviction: {exc}")
+                return False
+            self._evicted(ev, f"Evicted by nodeagent ({self.opts.reason})")
+            return True
+
+    def _next_version(self, ev: _Eviction, sent: JSON) -> JSON | None:
+        """The watch's copy of the pod once it differs from `sent` (None: gone)."""
+        version = sent["metadata"]["resourceVersion"]
+
+        def moved() -> bool:
+            pod = self._pods.objects.get(ev.outcome.uid)
+            return (
+                self._work.cancelled
+                or (pod or {}).get("metadata", {}).get("resourceVersion") != version
+            )
+
+        self._wait_watch(moved, self._deadline)
+        return self._pods.objects.get(ev.outcome.uid)
 
     def _after_refusal(self, ev: _Eviction, exc: ApiError, backoff: float) -> float:
         """Wait as the refusal asks; return the next backoff."""

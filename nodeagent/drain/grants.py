@@ -26,12 +26,20 @@ nothing the budget has not already spent:
   readiness has not changed since the grant (the handler also lets an unready pod
   go without spending budget; once Ready again it is protected again);
 - the delete uses the pod's own grace period, as the eviction would have.
+
+The drain's own evictions carry the resourceVersion they were judged on, so a pod that
+changed since (above all one that just finished: the handler lets any finished pod go
+whatever its budget, and deletes it) gets a 409, not a delete. A 409 can also come
+after the budget was spent, with nothing written to the pod: the handler checks the
+precondition only when it writes the pod, after checkAndDecrement. Which one it was
+shows in the copy the watch delivers next (`granted_despite_conflict`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nodeagent.drain import podfilter
 from nodeagent.kube.client import JSON, Kube, api_time, pods_path
 
 DISRUPTION_TARGET = "DisruptionTarget"
@@ -80,6 +88,33 @@ def grant_of(pod: JSON, pdb: JSON | None = None) -> Grant | None:
 
 def is_fresh(grant: Grant, server_now: float) -> bool:
     return -CLOCK_SLACK <= server_now - grant.at < FRESH_FOR
+
+
+def _ready_since(pod: JSON) -> str | None:
+    """When the pod last turned Ready, if it is Ready."""
+    ready = _condition(pod, "Ready")
+    return str(ready.get("lastTransitionTime")) if ready.get("status") == "True" else None
+
+
+def granted_despite_conflict(sent: JSON, seen: JSON) -> bool:
+    """Whether the eviction of `sent` that the API server refused with a 409 spent the
+    budget, judged from `seen`, the next version of the same pod.
+
+    The handler answers 409 to a stale resourceVersion in three ways: the pod could go
+    without a budget (finished, pending, being deleted): nothing spent, and `seen` shows
+    why; it was unready under a healthy budget: nothing spent, and the handler had
+    replaced the precondition with its own read, so the pod changed after that; or the
+    budget was spent first (a Ready pod), or no budget covered it. A pod Ready in both
+    copies with the same Ready transition was Ready when the handler read it in between:
+    the last case, and deleting it now spends nothing a budget has not granted.
+    """
+    meta = seen["metadata"]
+    if meta["uid"] != sent["metadata"]["uid"] or meta.get("deletionTimestamp"):
+        return False
+    if podfilter.is_finished(seen):
+        return False
+    since = _ready_since(seen)
+    return since is not None and since == _ready_since(sent)
 
 
 def complete(kube: Kube, pod: JSON) -> None:

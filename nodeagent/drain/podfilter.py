@@ -59,9 +59,11 @@ def is_finished(pod: JSON) -> bool:
 
 
 def kubelet_termination(pod: JSON) -> JSON | None:
-    """The condition by which the kubelet says it kills `pod` itself (`DisruptionTarget`
+    """The condition by which the kubelet says it killed `pod` itself (`DisruptionTarget`
     with reason `TerminationByKubelet`: a graceful node shutdown or a node-pressure
-    eviction), or None. It is set when the kill starts, the Failed phase only once done."""
+    eviction), or None. The kubelet posts it together with the Failed phase, once the
+    pod's containers have stopped (mergePodStatus in its status manager holds it back
+    until then), so it says how a pod ended, never that it is ending."""
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if (cond.get("type"), cond.get("status"), cond.get("reason")) == (
             "DisruptionTarget",
@@ -70,10 +72,6 @@ def kubelet_termination(pod: JSON) -> JSON | None:
         ):
             return dict(cond)
     return None
-
-
-def terminated_by_kubelet(pod: JSON) -> bool:
-    return kubelet_termination(pod) is not None
 
 
 def skip_finished(pod: JSON) -> str | None:
