@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 
 from nodeagent.drain.engine import Drain, DrainOptions
-from nodeagent.drain.grants import Grant, grant_of, granted_despite_conflict, is_fresh
+from nodeagent.drain.grants import (
+    Grant,
+    grant_of,
+    granted_despite_conflict,
+    is_fresh,
+    is_pod_conflict,
+)
 from nodeagent.kube.client import JSON, ApiError, Kube, api_stamp, api_time, pods_path
 from nodeagent.report.events import EventRecorder
 from tests import kubeutil as ku
@@ -119,6 +125,8 @@ def other_uid(obj: JSON) -> JSON:
         (version("8", ready_at=T0 - 1), False),
         # Another pod under the same name.
         (other_uid(version("8")), False),
+        # The version sent: the watch never showed it move, which proves nothing.
+        (version("7"), False),
     ],
 )
 def test_granted_despite_conflict(seen: JSON, granted: bool) -> None:
@@ -129,6 +137,36 @@ def test_an_unready_pod_is_never_taken_for_granted() -> None:
     unready = version("7", ready_at=None)
     assert not granted_despite_conflict(unready, version("8", ready_at=None))
     assert not granted_despite_conflict(unready, version("8"))
+
+
+def test_ready_without_a_transition_time_is_no_evidence() -> None:
+    def undated(rv: str) -> JSON:
+        obj = version(rv)
+        del obj["status"]["conditions"][-1]["lastTransitionTime"]
+        return obj
+
+    assert not granted_despite_conflict(undated("7"), undated("8"))
+
+
+def conflict(details: JSON) -> ApiError:
+    return ApiError(status=409, reason="Conflict", message="m", body={"details": details})
+
+
+@pytest.mark.parametrize(
+    ("error", "about_the_pod"),
+    [
+        # addConditionAndDeletePod's own precondition check (eviction.go)
+        (conflict({"name": "db-0", "kind": "Pod"}), True),
+        # the generic store's delete precondition
+        (conflict({"name": "db-0", "kind": "pods"}), True),
+        # the handler out of retries on the PDB's status write: nothing spent
+        (conflict({"name": "db", "group": "policy", "kind": "poddisruptionbudgets"}), False),
+        (conflict({}), False),
+        (ApiError(429, "TooManyRequests", "m", {"details": {"kind": "pods"}}), False),
+    ],
+)
+def test_a_conflict_about_the_pod(error: ApiError, about_the_pod: bool) -> None:
+    assert is_pod_conflict(error) is about_the_pod
 
 
 def spend_budget_without_delete(kube: Kube, ns: str, name: str) -> None:

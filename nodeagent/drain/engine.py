@@ -4,7 +4,7 @@ One deadline bounds everything. Evictions run concurrently and follow explicit r
 rules (429 from a PDB: retry when a PDB in that namespace changes or after a short
 jittered backoff; 429 without a PDB cause: rate limited, honour Retry-After; 500 for
 several PDBs: report and stop hammering; 404: the pod is already gone). A pod
-is evicted only as judged (its resourceVersion is a precondition), so one that
+is evicted with the resourceVersion it was judged on as a precondition, so one that
 finished meanwhile is kept, not deleted (nodeagent.drain.grants). A pod
 counts as gone when a pod with its UID no longer runs on the node, as seen by a
 watch of the node's pods, never by sleeping.
@@ -522,7 +522,7 @@ class Drain:
             except ApiError as exc:
                 if exc.status == 404:
                     return
-                if exc.status == 409:  # it changed since `sent`, or was replaced
+                if grants.is_pod_conflict(exc):  # it changed since `sent`, or was replaced
                     if self._after_conflict(ev, sent):
                         return
                     continue
@@ -535,9 +535,10 @@ class Drain:
                 backoff = min(backoff * 2, PDB_BACKOFF_MAX)
 
     def _post_eviction(self, pod: JSON) -> None:
-        """Evict `pod` as judged: its UID and resourceVersion are preconditions, so a pod
-        that finished meanwhile is not deleted (the server lets any finished pod go,
-        whatever its budget; the drain keeps them)."""
+        """Evict `pod` with its UID and resourceVersion as preconditions, so a pod that
+        finished meanwhile is not deleted (the server lets any finished pod go, whatever
+        its budget; the drain keeps them). The server replaces the version with its own
+        read for an unready pod under a healthy budget: still not a finished one."""
         meta = pod["metadata"]
         preconditions = {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]}
         body = {
@@ -556,10 +557,11 @@ class Drain:
     def _after_conflict(self, ev: _Eviction, sent: JSON) -> bool:
         """After a 409 for `sent`: once the watch shows the pod's next version, finish
         the eviction if the server granted it anyway (see nodeagent.drain.grants).
-        True when done with the pod; False to judge it again."""
-        while True:
+        True when done with the pod; False to judge it again (also when the watch showed
+        no newer version before the deadline: no evidence of a grant)."""
+        while not self._work.cancelled and time.monotonic() < self._deadline:
             seen = self._next_version(ev, sent)
-            if seen is None or self._work.cancelled or self._gone(ev):
+            if seen is None or self._gone(ev):
                 return True
             if not grants.granted_despite_conflict(sent, seen):
                 return False
@@ -575,9 +577,11 @@ class Drain:
                 return False
             self._evicted(ev, f"Evicted by nodeagent ({self.opts.reason})")
             return True
+        return True
 
     def _next_version(self, ev: _Eviction, sent: JSON) -> JSON | None:
-        """The watch's copy of the pod once it differs from `sent` (None: gone)."""
+        """The watch's copy of the pod once it differs from `sent`, or as it is at the
+        deadline or on cancellation (None: gone)."""
         version = sent["metadata"]["resourceVersion"]
 
         def moved() -> bool:
@@ -591,7 +595,8 @@ class Drain:
         return self._pods.objects.get(ev.outcome.uid)
 
     def _after_refusal(self, ev: _Eviction, exc: ApiError, backoff: float) -> float:
-        """Wait as the refusal asks; return the next backoff."""
+        """Wait as the refusal asks; return the next backoff. (A 409 that is not about
+        the pod, e.g. the handler out of retries on the PDB's own write, lands here.)"""
         namespace = ev.outcome.namespace
         pdb = pdb_name(exc) if exc.status == 429 else None
         if pdb:

@@ -29,10 +29,12 @@ nothing the budget has not already spent:
 
 The drain's own evictions carry the resourceVersion they were judged on, so a pod that
 changed since (above all one that just finished: the handler lets any finished pod go
-whatever its budget, and deletes it) gets a 409, not a delete. A 409 can also come
-after the budget was spent, with nothing written to the pod: the handler checks the
-precondition only when it writes the pod, after checkAndDecrement. Which one it was
-shows in the copy the watch delivers next (`granted_despite_conflict`).
+whatever its budget, and deletes it) gets a 409, not a delete. A 409 about the pod can
+also come after the budget was spent, with nothing written to the pod: the handler
+checks the precondition only when it writes the pod, after checkAndDecrement. Which one
+it was shows in the copy the watch delivers next (`granted_despite_conflict`). (For an
+unready pod under a healthy budget the handler replaces the version with its own read;
+a pod finished by then still fails it.)
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nodeagent.drain import podfilter
-from nodeagent.kube.client import JSON, Kube, api_time, pods_path
+from nodeagent.kube.client import JSON, ApiError, Kube, api_time, pods_path
 
 DISRUPTION_TARGET = "DisruptionTarget"
 BY_EVICTION_API = "EvictionByEvictionAPI"
@@ -91,9 +93,21 @@ def is_fresh(grant: Grant, server_now: float) -> bool:
 
 
 def _ready_since(pod: JSON) -> str | None:
-    """When the pod last turned Ready, if it is Ready."""
+    """When the pod last turned Ready, if it is Ready (and says when)."""
     ready = _condition(pod, "Ready")
-    return str(ready.get("lastTransitionTime")) if ready.get("status") == "True" else None
+    since = ready.get("lastTransitionTime")
+    return str(since) if ready.get("status") == "True" and since else None
+
+
+def is_pod_conflict(exc: ApiError) -> bool:
+    """A 409 about the pod itself (its UID or resourceVersion precondition failed).
+
+    The eviction handler also answers 409 when its own retries of the PDB's status write
+    run out under contention: nothing was spent or written then, and the eviction is
+    simply retried."""
+    details = exc.body.get("details") or {}
+    kind = str(details.get("kind") or "").lower()
+    return exc.status == 409 and not details.get("group") and kind in ("pod", "pods")
 
 
 def granted_despite_conflict(sent: JSON, seen: JSON) -> bool:
@@ -107,9 +121,16 @@ def granted_despite_conflict(sent: JSON, seen: JSON) -> bool:
     budget was spent first (a Ready pod), or no budget covered it. A pod Ready in both
     copies with the same Ready transition was Ready when the handler read it in between:
     the last case, and deleting it now spends nothing a budget has not granted.
+
+    Transition times are whole seconds: a pod that turned unready and Ready again within
+    the second it had turned Ready looks Ready throughout. Its eviction could then go
+    without a budget spent; that takes two readiness flips inside one second during the
+    eviction's round trip. `seen` at the version sent is no evidence of anything.
     """
     meta = seen["metadata"]
     if meta["uid"] != sent["metadata"]["uid"] or meta.get("deletionTimestamp"):
+        return False
+    if meta.get("resourceVersion") == sent["metadata"].get("resourceVersion"):
         return False
     if podfilter.is_finished(seen):
         return False
