@@ -32,6 +32,7 @@ import yaml
 
 from nodeagent.config import Config, is_node_name
 from nodeagent.kube.client import Kube, KubeConfigError
+from nodeagent.kube.kubeconfig import parse_yaml
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ def cert_path(kubeconfig: str) -> str:
 
 
 def _current_user(path: Path) -> dict[str, Any]:
-    doc = yaml.safe_load(path.read_text())
+    doc = parse_yaml(path.read_text())
     contexts = {c["name"]: c.get("context") or {} for c in doc.get("contexts") or []}
     users = {u["name"]: u.get("user") or {} for u in doc.get("users") or []}
     context = contexts.get(doc.get("current-context") or "") or next(iter(contexts.values()), {})

@@ -10,9 +10,9 @@ memory does not grow with the length of an outage.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
-import uuid
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -78,7 +78,7 @@ class EventRecorder:
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
-                "name": f"{ref['name']}.{uuid.uuid4().hex[:16]}",
+                "name": f"{ref['name']}.{os.urandom(8).hex()}",
                 "namespace": namespace,
             },
             "involvedObject": ref,
