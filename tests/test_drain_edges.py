@@ -449,3 +449,26 @@ def test_an_eviction_granted_as_the_pod_changed_is_carried_out(
     r.proxy.close()
     assert r.results and r.results[0].outcome is DrainOutcome.DRAINED, r.results
     assert not ku.exists(kube, path)
+
+
+def test_a_pod_bound_as_the_node_is_cordoned_is_evicted(cluster: Any, kube: Kube) -> None:
+    """kubectl lists a node's pods after its cordon, and so does the drain: a pod bound
+    while the cordon is landing is in the plan, evicted, and not left behind a drain that
+    says `drained`. (The pod here is bound by name just after the cordon, which the cordon
+    does not stop, before the drain plans.)"""
+    group, node, spare = ku.node_pair(cluster, kube, "late")
+    ku.open_node(kube, spare)
+    ku.bare_pod(kube, group, "early", node)
+    ku.wait_running(kube, node, 1)
+    pods = node_pods(kube, node)
+
+    def progress(message: str) -> None:
+        if message.startswith("cordoned node"):
+            ku.bare_pod(kube, group, "late", node)
+            names = lambda: {p["metadata"]["name"] for p in pods.snapshot()}  # noqa: E731
+            ku.wait_until(lambda: "late" in names(), 10, "the drain's watch to show it")
+
+    result = Drain(kube, node, DrainOptions(deadline=30), progress=progress, pods=pods).run()
+    assert result.outcome is DrainOutcome.DRAINED, result
+    assert sorted(p.name for p in result.evicted) == ["early", "late"]
+    ku.wait_until(lambda: not ku.pods_on(kube, node), 10, "the node empty")

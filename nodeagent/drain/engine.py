@@ -292,24 +292,29 @@ class Drain:
     # -- phases ---------------------------------------------------------------
 
     def _run(self, node: JSON) -> DrainResult:
-        pods = self._list_pods()
-        evict = self._plan(pods)
         if self.opts.dry_run:
             self.result.outcome = DrainOutcome.DRY_RUN
-            self.result.evicted = [_outcome(p) for p in evict]
+            self.result.evicted = [_outcome(p) for p in self._plan(self._list_pods())]
             return self.result
+        self._wait_synced()
         if self._cancelled:
             self.result.outcome = DrainOutcome.CANCELLED
             return self.result
         self._fence(node)
-        evictions = self._evict_tiers(evict)
+        # Planned from what the watch shows once the node is cordoned, as kubectl lists
+        # after its cordon: a pod bound before the cordon landed is in the plan.
+        evictions = self._evict_tiers(self._plan(self._pods.snapshot()))
         self._finish(node, evictions)
         return self.result
 
     def _list_pods(self) -> list[JSON]:
-        if self.opts.dry_run:
-            query = {"fieldSelector": f"spec.nodeName={self.node_name}"}
-            return list(self.kube.request("GET", "/api/v1/pods", query=query)["items"])
+        """The node's pods, listed once (a dry run starts no watch)."""
+        query = {"fieldSelector": f"spec.nodeName={self.node_name}"}
+        return list(self.kube.request("GET", "/api/v1/pods", query=query)["items"])
+
+    def _wait_synced(self) -> None:
+        """Until the pod watch has listed the node's pods; raises if it cannot before the
+        deadline (before anything is changed: the node is not cordoned yet)."""
         if self._ctx.expired:  # nothing may start once the deadline passed (a 0 s budget)
             raise KubeError(
                 f"could not list pods on node {self.node_name}: no answer within the drain "
@@ -326,7 +331,6 @@ class Drain:
                 f"no answer within the drain deadline ({self.opts.deadline:g}s)"
             )
             raise KubeError(f"could not list pods on node {self.node_name}: {why}")
-        return self._pods.snapshot()
 
     def _plan(self, pods: list[JSON]) -> list[JSON]:
         evict = []
