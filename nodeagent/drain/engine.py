@@ -301,8 +301,10 @@ class Drain:
             self.result.outcome = DrainOutcome.CANCELLED
             return self.result
         self._fence(node)
-        # Planned from what the watch shows once the node is cordoned, as kubectl lists
-        # after its cordon: a pod bound before the cordon landed is in the plan.
+        # Planned from what the watch shows once the node is cordoned (kubectl lists after
+        # its cordon): a pod bound before the cordon is in the plan unless its watch event
+        # is still in flight (milliseconds; kubectl's fresh list has no such lag, and
+        # neither closes the race with a binding the scheduler made before the cordon).
         evictions = self._evict_tiers(self._plan(self._pods.snapshot()))
         self._finish(node, evictions)
         return self.result
