@@ -162,6 +162,7 @@ def conflict(details: JSON) -> ApiError:
         # the handler out of retries on the PDB's status write: nothing spent
         (conflict({"name": "db", "group": "policy", "kind": "poddisruptionbudgets"}), False),
         (conflict({}), False),
+        (ApiError(409, "AlreadyExists", "m", {"details": {"kind": "pods"}}), False),
         (ApiError(429, "TooManyRequests", "m", {"details": {"kind": "pods"}}), False),
     ],
 )

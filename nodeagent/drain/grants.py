@@ -107,7 +107,8 @@ def is_pod_conflict(exc: ApiError) -> bool:
     simply retried."""
     details = exc.body.get("details") or {}
     kind = str(details.get("kind") or "").lower()
-    return exc.status == 409 and not details.get("group") and kind in ("pod", "pods")
+    about_pod = not details.get("group") and kind in ("pod", "pods")
+    return exc.status == 409 and exc.reason == "Conflict" and about_pod
 
 
 def granted_despite_conflict(sent: JSON, seen: JSON) -> bool:
