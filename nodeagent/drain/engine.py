@@ -3,11 +3,11 @@
 One deadline bounds everything. Evictions run concurrently and follow explicit retry
 rules (429 from a PDB: retry when a PDB in that namespace changes or after a short
 jittered backoff; 429 without a PDB cause: rate limited, honour Retry-After; 500 for
-several PDBs: report and stop hammering; 404: the pod is already gone). A pod
-is evicted with the resourceVersion it was judged on as a precondition, so one that
-finished meanwhile is kept, not deleted (nodeagent.drain.grants). A pod
-counts as gone when a pod with its UID no longer runs on the node, as seen by a
-watch of the node's pods, never by sleeping.
+several PDBs: report and stop hammering; 404: the pod is already gone). An eviction
+names the resourceVersion the pod was judged on, so one that finished meanwhile is
+kept, not deleted (nodeagent.drain.grants). A pod counts as gone when a pod with its
+UID no longer runs on the node, as seen by a watch of the node's pods, never by
+sleeping.
 
 A pod whose object stays on the node is never counted as evicted: held by finalizers
 after its containers stopped, or stuck terminating past its grace period, it is
@@ -523,7 +523,7 @@ class Drain:
             sent = self._pods.objects.get(ev.outcome.uid) or ev.pod
             try:
                 self._post_eviction(sent)
-                self._evicted(ev, f"Evicted by nodeagent ({self.opts.reason})")
+                self._evicted(ev)
                 return
             except ApiError as exc:
                 if exc.status == 404:
@@ -555,10 +555,10 @@ class Drain:
         }
         self.kube.post(pods_path(meta["namespace"], meta["name"]) + "/eviction", body)
 
-    def _evicted(self, ev: _Eviction, message: str) -> None:
+    def _evicted(self, ev: _Eviction) -> None:
         self._accepted(ev)
         metrics.EVICTIONS.labels("accepted").inc()
-        self._pod_event(ev, "Evicted", message)
+        self._pod_event(ev, "Evicted", f"Evicted by nodeagent ({self.opts.reason})")
 
     def _after_conflict(self, ev: _Eviction, sent: JSON) -> bool:
         """After a 409 for `sent`: once the watch shows the pod's next version, finish
@@ -581,7 +581,7 @@ class Drain:
             except KubeError as exc:
                 ev.outcome.note(f"could not finish its granted eviction: {exc}")
                 return False
-            self._evicted(ev, f"Evicted by nodeagent ({self.opts.reason})")
+            self._evicted(ev)
             return True
         return True
 
