@@ -21,10 +21,10 @@ import pytest
 import yaml
 
 from hack.localcluster import REJECT
+from nodeagent.drain.podfilter import find_condition as pod_condition
 from nodeagent.kube.client import JSON, ApiError, Kube, node_path
 from nodeagent.kube.credentials import Plan, Source, client_user, common_name, node_of, plan
 from nodeagent.rejection.controller import POD_REJECTED, RECREATE_ANNOTATION, RECREATED, STATE_WIPED
-from nodeagent.rejection.controller import find_condition as pod_condition
 from nodeagent.report import conditions
 from tests import kubeutil as ku
 from tests.agentproc import BASE_CONFIG, AgentProcess, free_port, merged, toml

@@ -26,8 +26,9 @@ from hack.realnode import TEST_IMAGE, NodeOptions, RealNode
 from hack.realnode import host as realhost
 from nodeagent.departure.leftovers import EVENT_REASON as LEFTOVER_DELETED
 from nodeagent.departure.leftovers import killed_at
+from nodeagent.drain.podfilter import find_condition
 from nodeagent.kube.client import JSON, Kube, node_path, pods_path
-from nodeagent.rejection.controller import POD_REJECTED, STATE_WIPED, find_condition
+from nodeagent.rejection.controller import POD_REJECTED, STATE_WIPED
 from nodeagent.report.conditions import READY, ReadyReason
 from tests import kubeutil as ku
 from tests.nspawn import VERBOSE_DROPIN, build_deb, dpkg_offline, realtime

@@ -21,6 +21,7 @@ import pytest
 
 from hack.localcluster import REJECT, REJECT_MESSAGE
 from nodeagent.config import RejectionConfig
+from nodeagent.drain.podfilter import find_condition
 from nodeagent.kube.client import JSON, ApiError, Kube, pods_path
 from nodeagent.kube.watch import Reflector, node_pods
 from nodeagent.kube.workqueue import WorkQueue
@@ -33,7 +34,6 @@ from nodeagent.rejection.controller import (
     PodGone,
     RejectionController,
     Stopped,
-    find_condition,
     patch_conditions,
     pod_condition,
     recreate_manifest,

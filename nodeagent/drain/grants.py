@@ -55,10 +55,7 @@ CLOCK_SLACK = 2.0
 
 
 def _condition(pod: JSON, ctype: str) -> JSON:
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == ctype:
-            return dict(cond)
-    return {}
+    return podfilter.find_condition(pod, ctype) or {}
 
 
 @dataclass(frozen=True)

@@ -58,20 +58,23 @@ def is_finished(pod: JSON) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
+def find_condition(pod: JSON, cond_type: str) -> JSON | None:
+    """A copy of the pod's condition of that type, or None."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == cond_type:
+            return dict(cond)
+    return None
+
+
 def kubelet_termination(pod: JSON) -> JSON | None:
     """The condition by which the kubelet says it killed `pod` itself (`DisruptionTarget`
     with reason `TerminationByKubelet`: a graceful node shutdown or a node-pressure
     eviction), or None. The kubelet posts it together with the Failed phase, once the
     pod's containers have stopped (mergePodStatus in its status manager holds it back
     until then), so it says how a pod ended, never that it is ending."""
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if (cond.get("type"), cond.get("status"), cond.get("reason")) == (
-            "DisruptionTarget",
-            "True",
-            "TerminationByKubelet",
-        ):
-            return dict(cond)
-    return None
+    cond = find_condition(pod, "DisruptionTarget") or {}
+    by_kubelet = (cond.get("status"), cond.get("reason")) == ("True", "TerminationByKubelet")
+    return cond if by_kubelet else None
 
 
 def skip_finished(pod: JSON) -> str | None:

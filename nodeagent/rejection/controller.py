@@ -42,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nodeagent.config import RejectionConfig
+from nodeagent.drain.podfilter import find_condition
 from nodeagent.kube.client import (
     CONNECT_TIMEOUT,
     JSON,
@@ -218,13 +219,6 @@ def describe(pod: JSON) -> str:
 
 
 # -- conditions and reports -----------------------------------------------------------
-
-
-def find_condition(pod: JSON, cond_type: str) -> JSON | None:
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == cond_type:
-            return dict(cond)
-    return None
 
 
 def pod_condition(cond_type: str, status: str, reason: str, message: str) -> JSON:
