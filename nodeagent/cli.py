@@ -134,7 +134,7 @@ def handle_errors(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from nodeagent.fence.marker import CordonedByOther
         from nodeagent.host.nodelock import NodeLockError
-        from nodeagent.kube.client import KubeConfigError, KubeError
+        from nodeagent.kube.errors import KubeConfigError, KubeError
 
         try:
             return func(*args, **kwargs)

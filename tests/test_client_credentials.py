@@ -7,7 +7,9 @@ who the API server says the caller is (SelfSubjectReview).
 - an exec credential plugin goes through the client library, which runs the plugin
   again when its credential expires; building that client imports all it needs, so
   nothing is loaded later (a package upgrade must not mix versions);
-- a token kubeconfig never imports the client library (its memory is the point).
+- a token kubeconfig never imports the client library (its memory is the point);
+- the daemon in a pod sends its requests with the service account it names, never
+  with a person's kubeconfig lying in $HOME (credentials.plan decides, alone).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from typing import Any
 import pytest
 import yaml
 
+from nodeagent.config import Config
+from nodeagent.kube import credentials, endpoint
 from nodeagent.kube.client import Kube, KubeConfigError
 from nodeagent.kube.endpoint import Endpoint, in_cluster
 from nodeagent.kube.transport import _env_proxy
@@ -150,27 +154,52 @@ def test_the_service_account_token_is_read_again_after_the_kubelet_rotates_it(
     """The kubelet's projected volume: files are symlinks into ..data, a symlink to a
     timestamped directory that is swapped atomically."""
     (first, first_token), (second, second_token) = tokens.items()
-    admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())["clusters"][0]["cluster"]
     sa_dir = tmp_path / "serviceaccount"
-    sa_dir.mkdir()
-
-    def project(version: str, token: Path) -> None:
-        data = sa_dir / version
-        data.mkdir()
-        (data / "token").write_text(token.read_text())
-        (data / "ca.crt").write_bytes(base64.b64decode(admin["certificate-authority-data"]))
-        (sa_dir / "..data_tmp").symlink_to(version)
-        os.replace(sa_dir / "..data_tmp", sa_dir / "..data")
-
-    project("..v1", first_token)
-    for name in ("token", "ca.crt"):
-        (sa_dir / name).symlink_to(f"..data/{name}")
-    host, port = admin["server"].removeprefix("https://").rsplit(":", 1)
-    env = {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port}
+    env = project(cluster, sa_dir, "..v1", first_token)
     kube = Kube.from_endpoint(in_cluster(env, sa_dir))
     assert whoami(kube) == first
-    project("..v2", second_token)
+    project(cluster, sa_dir, "..v2", second_token)
     assert whoami(kube) == second
+
+
+def project(cluster: Any, sa_dir: Path, version: str, token: Path) -> dict[str, str]:
+    """Mount (or rotate to) `token` into `sa_dir` as the kubelet does; the pod's
+    KUBERNETES_SERVICE_* variables for the local API server."""
+    admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())["clusters"][0]["cluster"]
+    data = sa_dir / version
+    data.mkdir(parents=True)
+    (data / "token").write_text(token.read_text())
+    (data / "ca.crt").write_bytes(base64.b64decode(admin["certificate-authority-data"]))
+    (sa_dir / "..data_tmp").symlink_to(version)
+    os.replace(sa_dir / "..data_tmp", sa_dir / "..data")
+    for name in ("token", "ca.crt"):
+        if not (sa_dir / name).is_symlink():
+            (sa_dir / name).symlink_to(f"..data/{name}")
+    host, port = admin["server"].removeprefix("https://").rsplit(":", 1)
+    return {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port}
+
+
+def test_the_daemon_in_a_pod_never_takes_a_kubeconfig_in_home(
+    cluster: Any, tokens: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A person's kubeconfig in $HOME (left on the node, or in the image) next to the
+    pod's service account: the agent says it runs as the service account, and its
+    requests must carry that token too, not the person's credentials."""
+    (pod, pod_token), (person, person_token) = tokens.items()
+    sa_dir = tmp_path / "serviceaccount"
+    for name, value in project(cluster, sa_dir, "..v1", pod_token).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(endpoint, "SA_DIR", sa_dir)
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    home = tmp_path / "home"
+    (home / ".kube").mkdir(parents=True)
+    kubeconfig(cluster, {"token": person_token.read_text()}, home / ".kube" / "config")
+    monkeypatch.setenv("HOME", str(home))
+    kube, identity = credentials.connect(Config(), daemon=True, notify=lambda *_: None)
+    assert identity.source is credentials.Source.IN_CLUSTER
+    assert identity.describe().endswith("from the pod's service account (in-cluster)")
+    assert identity.kubeconfig is None
+    assert whoami(kube) == pod, f"{person} is the one whose kubeconfig lies in HOME"
 
 
 @pytest.mark.parametrize(

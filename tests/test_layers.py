@@ -61,3 +61,61 @@ def test_the_graph_is_seen() -> None:
     # The checks above would pass on an empty graph: make sure the walk finds real edges.
     edges = imports()
     assert ("departure", "drain") in edges and ("agent", "departure") in edges
+
+
+# -- inside nodeagent.kube ------------------------------------------------------------------
+
+KUBE = PACKAGE / "kube"
+
+
+def kube_imports() -> dict[str, set[str]]:
+    """module -> the other modules of nodeagent.kube it imports, wherever the import is
+    (at the top, in a function, under TYPE_CHECKING: each one runs some time)."""
+    modules = {p.stem for p in KUBE.glob("*.py")} - {"__init__"}
+    graph: dict[str, set[str]] = {}
+    for module in sorted(modules):
+        graph[module] = set()
+        for node in ast.walk(ast.parse((KUBE / f"{module}.py").read_text())):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            for name in names:
+                parts = name.split(".")
+                if parts[:2] == ["nodeagent", "kube"] and parts[2:3] and parts[2] in modules:
+                    graph[module].add(parts[2])
+        graph[module].discard(module)
+    return graph
+
+
+def circle(graph: dict[str, set[str]]) -> list[str]:
+    """One import circle in `graph`, as the modules along it back to the first; [] if none."""
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> list[str]:
+        if module in path:
+            return [*path[path.index(module) :], module]
+        if module in done:
+            return []
+        for imported in sorted(graph.get(module, ())):
+            found = visit(imported, [*path, module])
+            if found:
+                return found
+        done.add(module)
+        return []
+
+    for module in sorted(graph):
+        found = visit(module, [])
+        if found:
+            return found
+    return []
+
+
+def test_the_kube_modules_form_no_import_circle() -> None:
+    # The errors have a module of their own so that the client, which builds the transport
+    # and reads kubeconfigs, is imported by none of what it imports (docs/architecture.md).
+    assert circle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    graph = kube_imports()
+    assert {"client", "errors"} <= graph["credentials"], graph  # the walk sees real edges
+    assert circle(graph) == []

@@ -2,10 +2,11 @@
 
 Bodies stay plain dicts (building model objects for a hundred pods costs more than the
 drain itself) and requests go through a urllib3 pool of our own (nodeagent.kube.transport).
-Credentials come from a kubeconfig (nodeagent.kube.kubeconfig), the pod's service account
-(nodeagent.kube.endpoint) or, for exec plugins and the like only, the official client
-library (nodeagent.kube.library). API Priority and Fairness 429s are waited out here
-(nodeagent.kube.throttle).
+The client is given an Endpoint and looks for no credentials itself: which ones is
+nodeagent.kube.credentials.plan's choice alone; a kubeconfig (nodeagent.kube.kubeconfig),
+the pod's service account (nodeagent.kube.endpoint) or, for exec plugins and the like
+only, the official client library (nodeagent.kube.library) gives the Endpoint. API
+Priority and Fairness 429s are waited out here (nodeagent.kube.throttle).
 """
 
 from __future__ import annotations
@@ -13,15 +14,20 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
 import random
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
+
+# The errors live in their own module (no import circle in nodeagent.kube); callers take
+# them from here along with the client.
+from nodeagent.kube.errors import ApiError as ApiError
+from nodeagent.kube.errors import KubeConfigError as KubeConfigError
+from nodeagent.kube.errors import KubeError as KubeError
+from nodeagent.kube.errors import OutOfTime as OutOfTime
+from nodeagent.kube.errors import Unreachable as Unreachable
 
 if TYPE_CHECKING:
     from nodeagent.kube.endpoint import Endpoint
@@ -33,40 +39,6 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT = 3.0
 READ_TIMEOUT = 15.0
 POOL_SIZE = 64
-
-
-class KubeError(Exception):
-    """Any failure talking to the API server, with a one-line message."""
-
-
-class KubeConfigError(KubeError):
-    """No usable credentials: missing or malformed kubeconfig."""
-
-
-class Unreachable(KubeError):
-    """The API server did not answer (refused, timed out, DNS)."""
-
-
-class OutOfTime(Unreachable):
-    """The caller's deadline passed before (or while) the request could be made."""
-
-
-@dataclass
-class ApiError(KubeError):
-    """The API server answered with a non-2xx status."""
-
-    status: int
-    reason: str
-    message: str
-    body: JSON
-    retry_after: float | None = None
-
-    def __str__(self) -> str:
-        return f"{self.message} (HTTP {self.status} {self.reason})"
-
-    @property
-    def causes(self) -> list[JSON]:
-        return list((self.body.get("details") or {}).get("causes") or [])
 
 
 def _api_error(status: int, reason: str, data: bytes, headers: Any) -> ApiError:
@@ -97,28 +69,6 @@ def _unreachable(host: str, exc: BaseException) -> Unreachable:
     return Unreachable(f"API server {host} unreachable: {detail}")
 
 
-def load_endpoint(kubeconfig: str | None) -> Endpoint:
-    """Credentials from `kubeconfig`, else $KUBECONFIG, ~/.kube/config, in-cluster."""
-    from nodeagent.kube import endpoint
-    from nodeagent.kube import kubeconfig as kc
-
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    if path is not None and not path.strip():
-        raise KubeConfigError("KUBECONFIG: empty value (unset it, or name a kubeconfig file)")
-    if not path and Path("~/.kube/config").expanduser().is_file():
-        path = str(Path("~/.kube/config").expanduser())
-    if path:
-        found = kc.load(Path(path))
-        if found is not None:
-            return found
-        from nodeagent.kube import library  # exec plugins and the like: see there
-
-        return library.load(path)
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return endpoint.in_cluster(os.environ)
-    raise KubeConfigError("no kubeconfig: pass --kubeconfig, set KUBECONFIG, or run in a pod")
-
-
 class Kube:
     """Plain-JSON requests against one API server.
 
@@ -138,9 +88,12 @@ class Kube:
         return clone
 
     @classmethod
-    def from_kubeconfig(cls, kubeconfig: str | None = None) -> Kube:
-        """Credentials from `kubeconfig`, else $KUBECONFIG, ~/.kube/config, in-cluster."""
-        return cls.from_endpoint(load_endpoint(kubeconfig))
+    def from_kubeconfig(cls, kubeconfig: str) -> Kube:
+        """The client of the kubeconfig at `kubeconfig`. It looks for no other: which
+        credentials the agent uses is `nodeagent.kube.credentials.plan`'s choice."""
+        from nodeagent.kube import kubeconfig as kc
+
+        return cls.from_endpoint(kc.endpoint(kubeconfig))
 
     @classmethod
     def from_endpoint(cls, endpoint: Endpoint) -> Kube:

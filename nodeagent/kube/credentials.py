@@ -1,11 +1,14 @@
 """Which credentials the agent uses, and which node it is.
 
 In order: a kubeconfig named explicitly (`--kubeconfig`, the `kubeconfig` key,
-`$KUBECONFIG`); the pod's service account (DaemonSet form); for the one-shot commands
-`~/.kube/config`; then the kubelet's own kubeconfig, the host form's default. Under the
-Node authorizer and NodeRestriction (how kubeadm, EKS and GKE run the API server) the
-kubelet's identity may cordon and annotate its own Node, patch its conditions, watch,
-evict and delete its pods and write Events, and nothing on another node.
+`$KUBECONFIG`); for the one-shot commands `~/.kube/config`; the pod's service account
+(DaemonSet form); then the kubelet's own kubeconfig, the host form's default. :func:`plan`
+is the only place that order is decided: the client is given the Endpoint of the
+credentials chosen and looks for none itself, so what the agent says it runs as is what
+its requests carry. Under the Node authorizer and NodeRestriction (how kubeadm, EKS and
+GKE run the API server) the kubelet's identity may cordon and annotate its own Node,
+patch its conditions, watch, evict and delete its pods and write Events, and nothing on
+another node.
 
 `nodeagent run` never falls back from the kubelet's identity to another one: at a node's
 first boot the kubelet writes its kubeconfig only after its TLS bootstrap, so the agent
@@ -31,7 +34,10 @@ from typing import Any
 import yaml
 
 from nodeagent.config import Config, is_node_name
-from nodeagent.kube.client import Kube, KubeConfigError
+from nodeagent.kube import kubeconfig as kc
+from nodeagent.kube.client import Kube
+from nodeagent.kube.endpoint import Endpoint, in_cluster
+from nodeagent.kube.errors import KubeConfigError
 from nodeagent.kube.kubeconfig import parse_yaml
 
 log = logging.getLogger(__name__)
@@ -289,17 +295,14 @@ def connect(
     notify: Callable[..., None] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> tuple[Kube, Identity]:
-    """A client on the chosen credentials; fills in `cfg.node` from the certificate.
+    """A client on the credentials :func:`plan` chooses; fills in `cfg.node` from the
+    certificate.
 
     The daemon (`notify` given) waits for the kubelet's kubeconfig at first boot; the
     commands fail at once with one line.
     """
-    p = plan(
-        cfg.kubeconfig,
-        cfg.kubelet_kubeconfig,
-        os.environ if environ is None else environ,
-        daemon=daemon,
-    )
+    environ = os.environ if environ is None else environ
+    p = plan(cfg.kubeconfig, cfg.kubelet_kubeconfig, environ, daemon=daemon)
     path = p.path
     if p.source is Source.KUBELET and not (path and usable(path)):
         if notify is None:
@@ -310,4 +313,14 @@ def connect(
         if not is_node_name(identity.node):
             raise KubeConfigError(f"kubeconfig {path}: {identity.user!r} names no valid node")
         cfg.node = identity.node
-    return Kube.from_kubeconfig(path), identity
+    return Kube.from_endpoint(endpoint(path, environ)), identity
+
+
+def endpoint(path: str | None, environ: Mapping[str, str]) -> Endpoint:
+    """The Endpoint of planned credentials: the kubeconfig at `path`, or the pod's
+    service account (None). Nothing else is looked for."""
+    if path is None:
+        return in_cluster(environ)
+    if not path.strip():  # only $KUBECONFIG can be empty (the config refuses "")
+        raise KubeConfigError("KUBECONFIG: empty value (unset it, or name a kubeconfig file)")
+    return kc.endpoint(path)

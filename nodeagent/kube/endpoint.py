@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from nodeagent.kube.client import KubeConfigError
+from nodeagent.kube.errors import KubeConfigError
 
 # The pod's service account, as the kubelet mounts it (a projected, rotating token).
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -108,9 +108,12 @@ class TokenFile:
         return f"Bearer {self.read()}"
 
 
-def in_cluster(environ: Mapping[str, str], sa_dir: Path = SA_DIR) -> Endpoint:
+def in_cluster(environ: Mapping[str, str], sa_dir: Path | None = None) -> Endpoint:
     """The API server and token a pod's service account gives (as client-go's
-    rest.InClusterConfig; the messages are the ones the client library gave)."""
+    rest.InClusterConfig; the messages are the ones the client library gave). `sa_dir`
+    defaults to SA_DIR, read when called so that a test can mount a service account of
+    its own (tests/test_client_credentials.py)."""
+    sa_dir = SA_DIR if sa_dir is None else sa_dir
     where = "kubeconfig (in-cluster service account)"
     if "KUBERNETES_SERVICE_HOST" not in environ or "KUBERNETES_SERVICE_PORT" not in environ:
         raise KubeConfigError(f"{where}: Service host/port is not set.")

@@ -15,7 +15,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from nodeagent.kube.client import ApiError, Kube
+from nodeagent.kube.client import Kube
+from nodeagent.kube.errors import ApiError
 
 log = logging.getLogger(__name__)
 

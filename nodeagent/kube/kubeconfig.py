@@ -22,8 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nodeagent.kube.client import KubeConfigError
 from nodeagent.kube.endpoint import Endpoint, Pem, TokenFile, load_cert_chain
+from nodeagent.kube.errors import KubeConfigError
 
 ENTRY_KEYS = ("clusters", "users", "contexts")
 
@@ -36,6 +36,17 @@ def _kind(doc: Any) -> str:
 
 # Ways of authenticating only the client library implements (kubeconfig user keys).
 LIBRARY_AUTH = ("auth-provider", "exec", "username")
+
+
+def endpoint(path: str) -> Endpoint:
+    """The Endpoint of the kubeconfig at `path`, through the client library when its user
+    authenticates in one of the LIBRARY_AUTH ways. Raises KubeConfigError (one line)."""
+    found = load(Path(path))
+    if found is not None:
+        return found
+    from nodeagent.kube import library  # exec plugins and the like: see there
+
+    return library.load(path)
 
 
 def load(path: Path) -> Endpoint | None:

@@ -17,8 +17,8 @@ from __future__ import annotations
 import importlib
 import threading
 
-from nodeagent.kube.client import KubeConfigError
 from nodeagent.kube.endpoint import Endpoint, Pem
+from nodeagent.kube.errors import KubeConfigError
 
 # The library's modules a refresh can reach: the loader, the exec plugin runner and the
 # configuration object (tests/test_preload.py checks that nothing else loads later).

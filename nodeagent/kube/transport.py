@@ -18,8 +18,8 @@ import urllib3
 from urllib3.util.ssl_ import create_urllib3_context
 
 from nodeagent import __version__
-from nodeagent.kube.client import KubeConfigError
 from nodeagent.kube.endpoint import Endpoint, load_cert_chain
+from nodeagent.kube.errors import KubeConfigError
 
 log = logging.getLogger(__name__)
 

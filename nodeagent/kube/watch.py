@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from nodeagent.kube.client import JSON, ApiError, Kube, KubeError
+from nodeagent.kube.client import JSON, Kube
+from nodeagent.kube.errors import ApiError, KubeError
 
 log = logging.getLogger(__name__)
 
