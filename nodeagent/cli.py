@@ -133,14 +133,14 @@ def handle_errors(func: F) -> F:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from nodeagent.fence.marker import CordonedByOther
-        from nodeagent.host.nodelock import NodeLockError
+        from nodeagent.host.nodeclaim import AgentClaimError
         from nodeagent.kube.errors import KubeConfigError, KubeError
 
         try:
             return func(*args, **kwargs)
         except (ConfigError, KubeConfigError) as exc:
             fail(str(exc), 2)
-        except NodeLockError as exc:
+        except AgentClaimError as exc:
             fail(f"{exc} (set lock_file, or NODEAGENT_LOCK_FILE)", 1)
         except CordonedByOther as exc:
             fail(str(exc), 4)

@@ -13,14 +13,8 @@ from typing import Any
 
 import pytest
 
-from nodeagent.host.logind import (
-    LOGIND_IFACE,
-    LOGIND_NAME,
-    LOGIND_PATH,
-    SYSTEMD_IFACE,
-    SYSTEMD_NAME,
-    SYSTEMD_PATH,
-)
+from nodeagent.host.logind import LOGIND_IFACE, LOGIND_NAME, LOGIND_PATH
+from nodeagent.host.systemd_manager import SYSTEMD_IFACE, SYSTEMD_NAME, SYSTEMD_PATH
 from tests import kubeutil as ku
 from tests.agentproc import AgentProcess, merged
 from tests.test_shutdown_dbus import (

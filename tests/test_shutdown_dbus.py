@@ -32,22 +32,24 @@ from jeepney.io.blocking import DBusConnection, open_dbus_connection
 
 from nodeagent.fence.marker import CORDONED_BY
 from nodeagent.fence.reason import Reason
-from nodeagent.host.kubeletshutdown import kubelet_lock
+from nodeagent.host.dbus import system_bus_address
+from nodeagent.host.kubeletshutdown import kubelet_inhibitor
 from nodeagent.host.logind import (
     LOGIND_IFACE,
     LOGIND_NAME,
     LOGIND_PATH,
+    DelayInhibitor,
+    Inhibitor,
+    LogindUnavailableError,
+    kind_from_logind_type,
+    parse_prepare_signal,
+)
+from nodeagent.host.systemd_manager import (
     SYSTEMD_IFACE,
     SYSTEMD_NAME,
     SYSTEMD_PATH,
-    Inhibitor,
-    LogindInhibitor,
-    LogindUnavailableError,
     StopEvidence,
     classify_jobs,
-    kind_from_logind_type,
-    parse_prepare_signal,
-    system_bus_address,
     why_stopping,
 )
 from nodeagent.report.conditions import READY, find
@@ -266,11 +268,11 @@ class Recorder:
             return list(self.calls)
 
 
-# -- LogindInhibitor ------------------------------------------------------------------------
+# -- DelayInhibitor ------------------------------------------------------------------------
 
 
 def test_start_takes_a_delay_lock_for_shutdown(logind: Bus) -> None:
-    inhibitor = LogindInhibitor(on_prepare=Recorder(), bus_address=logind.address)
+    inhibitor = DelayInhibitor(on_prepare=Recorder(), bus_address=logind.address)
     inhibitor.start()
     try:
         assert inhibitor.held
@@ -281,7 +283,7 @@ def test_start_takes_a_delay_lock_for_shutdown(logind: Bus) -> None:
 
 
 def test_release_lets_logind_go_and_retake_takes_the_lock_again(logind: Bus) -> None:
-    with LogindInhibitor(on_prepare=Recorder(), bus_address=logind.address) as inhibitor:
+    with DelayInhibitor(on_prepare=Recorder(), bus_address=logind.address) as inhibitor:
         inhibitor.release()
         assert not inhibitor.held
         wait_for(lambda: our_inhibitors(logind) == [])
@@ -294,7 +296,7 @@ def test_release_lets_logind_go_and_retake_takes_the_lock_again(logind: Bus) -> 
 
 
 def test_a_child_process_does_not_inherit_the_lock(logind: Bus) -> None:
-    with LogindInhibitor(on_prepare=Recorder(), bus_address=logind.address) as inhibitor:
+    with DelayInhibitor(on_prepare=Recorder(), bus_address=logind.address) as inhibitor:
         child = subprocess.Popen(["sleep", "30"], close_fds=False)
         try:
             inhibitor.release()
@@ -307,7 +309,7 @@ def test_a_child_process_does_not_inherit_the_lock(logind: Bus) -> None:
 
 def test_metadata_type_wins_and_each_transition_is_reported_once(logind: Bus) -> None:
     rec = Recorder()
-    with LogindInhibitor(on_prepare=rec, bus_address=logind.address):
+    with DelayInhibitor(on_prepare=rec, bus_address=logind.address):
         emit_prepare(logind, True, "reboot")
         assert rec.wait(1) == [(True, Reason.REBOOT)]
         emit_prepare(logind, False, "reboot")
@@ -325,7 +327,7 @@ def settle_until_quiet(rec: Recorder, expected: int) -> None:
 
 def test_plain_prepare_for_shutdown_from_an_older_logind(logind: Bus) -> None:
     rec = Recorder()
-    with LogindInhibitor(on_prepare=rec, bus_address=logind.address):
+    with DelayInhibitor(on_prepare=rec, bus_address=logind.address):
         emit_prepare(logind, True, None)
         assert rec.wait(1) == [(True, Reason.UNKNOWN)]
         emit_prepare(logind, True, None)  # a repeat is not a new transition
@@ -336,7 +338,7 @@ def test_plain_prepare_for_shutdown_from_an_older_logind(logind: Bus) -> None:
 
 def test_cancelled_shutdown_then_retake(logind: Bus) -> None:
     rec = Recorder()
-    with LogindInhibitor(on_prepare=rec, bus_address=logind.address) as inhibitor:
+    with DelayInhibitor(on_prepare=rec, bus_address=logind.address) as inhibitor:
         emit_prepare(logind, True, "poweroff")
         rec.wait(1)
         inhibitor.release()
@@ -351,7 +353,7 @@ def test_cancelled_shutdown_then_retake(logind: Bus) -> None:
 
 def test_signals_from_anyone_but_logind_are_ignored(logind: Bus) -> None:
     rec = Recorder()
-    with LogindInhibitor(on_prepare=rec, bus_address=logind.address), logind.connect() as conn:
+    with DelayInhibitor(on_prepare=rec, bus_address=logind.address), logind.connect() as conn:
         # Same path, interface and member as logind's, but sent by an impostor.
         addr = DBusAddress(LOGIND_PATH, interface=LOGIND_IFACE)
         conn.send(new_signal(addr, "PrepareForShutdown", "b", (True,)))
@@ -369,7 +371,7 @@ def test_a_failing_callback_does_not_stop_the_listener(logind: Bus) -> None:
         if len(rec.calls) == 1:
             raise RuntimeError("boom")
 
-    with LogindInhibitor(on_prepare=flaky, bus_address=logind.address):
+    with DelayInhibitor(on_prepare=flaky, bus_address=logind.address):
         emit_prepare(logind, True, "reboot")
         rec.wait(1)
         emit_prepare(logind, False, "reboot")
@@ -385,12 +387,12 @@ def test_a_shutdown_already_under_way_at_start_is_reported(logind: Bus) -> None:
         (LOGIND_IFACE, {"PreparingForShutdown": ("b", True)}),
     )
     rec = Recorder()
-    with LogindInhibitor(on_prepare=rec, bus_address=logind.address):
+    with DelayInhibitor(on_prepare=rec, bus_address=logind.address):
         assert rec.wait(1) == [(True, Reason.UNKNOWN)]
 
 
 def test_inhibit_delay_max_seconds(logind: Bus) -> None:
-    inhibitor = LogindInhibitor(on_prepare=Recorder(), bus_address=logind.address)
+    inhibitor = DelayInhibitor(on_prepare=Recorder(), bus_address=logind.address)
     with pytest.raises(LogindUnavailableError, match="InhibitDelayMaxUSec"):
         inhibitor.inhibit_delay_max_seconds()  # the stock template lacks the property
     mock_call(
@@ -404,7 +406,7 @@ def test_inhibit_delay_max_seconds(logind: Bus) -> None:
 
 
 def test_start_without_logind_raises_a_clear_error(bus: Bus) -> None:
-    inhibitor = LogindInhibitor(on_prepare=Recorder(), bus_address=bus.address)
+    inhibitor = DelayInhibitor(on_prepare=Recorder(), bus_address=bus.address)
     with pytest.raises(LogindUnavailableError, match=r"logind refused .*ServiceUnknown"):
         inhibitor.start()
     assert not inhibitor.held
@@ -412,14 +414,14 @@ def test_start_without_logind_raises_a_clear_error(bus: Bus) -> None:
 
 def test_start_without_a_bus_raises_a_clear_error(tmp_path: Path) -> None:
     address = f"unix:path={tmp_path}/nobody-listens"
-    inhibitor = LogindInhibitor(on_prepare=Recorder(), bus_address=address)
+    inhibitor = DelayInhibitor(on_prepare=Recorder(), bus_address=address)
     with pytest.raises(LogindUnavailableError, match="cannot connect to the system bus"):
         inhibitor.start()
 
 
 def test_losing_the_bus_releases_the_lock_and_reports(logind: Bus) -> None:
     lost: list[BaseException] = []
-    inhibitor = LogindInhibitor(
+    inhibitor = DelayInhibitor(
         on_prepare=Recorder(), bus_address=logind.address, on_lost=lost.append
     )
     inhibitor.start()
@@ -436,7 +438,7 @@ def test_losing_the_bus_releases_the_lock_and_reports(logind: Bus) -> None:
 def test_close_leaves_no_thread_and_no_descriptor_behind(logind: Bus) -> None:
     before_fds = open_fds()
     before_threads = set(threading.enumerate())
-    inhibitor = LogindInhibitor(on_prepare=Recorder(), bus_address=logind.address)
+    inhibitor = DelayInhibitor(on_prepare=Recorder(), bus_address=logind.address)
     inhibitor.start()
     inhibitor.release()
     inhibitor.retake()
@@ -454,7 +456,7 @@ def test_the_system_bus_comes_from_the_environment(
 ) -> None:
     monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", logind.address)
     assert system_bus_address() == logind.address
-    with LogindInhibitor(on_prepare=Recorder()) as inhibitor:
+    with DelayInhibitor(on_prepare=Recorder()) as inhibitor:
         assert inhibitor.held
         assert len(our_inhibitors(logind)) == 1
     monkeypatch.delenv("DBUS_SYSTEM_BUS_ADDRESS")
@@ -762,13 +764,13 @@ def kubelet_delay_lock(bus: Bus) -> Iterator[None]:
 def test_inhibitors_lists_every_lock(logind: Bus) -> None:
     with (
         kubelet_delay_lock(logind),
-        LogindInhibitor(on_prepare=Recorder(), bus_address=logind.address) as inhibitor,
+        DelayInhibitor(on_prepare=Recorder(), bus_address=logind.address) as inhibitor,
     ):
         found = {(i.who, i.mode, i.what) for i in inhibitor.inhibitors()}
         assert found >= {("kubelet", "delay", "shutdown"), ("nodeagent", "delay", "shutdown")}
-        assert kubelet_lock(inhibitor.inhibitors()) is not None
-    lister = LogindInhibitor(Recorder(), bus_address=logind.address)
-    wait_for(lambda: kubelet_lock(lister.inhibitors()) is None)
+        assert kubelet_inhibitor(inhibitor.inhibitors()) is not None
+    lister = DelayInhibitor(Recorder(), bus_address=logind.address)
+    wait_for(lambda: kubelet_inhibitor(lister.inhibitors()) is None)
 
 
 def _inhibitor(who: str, mode: str = "delay", what: str = "shutdown") -> Inhibitor:
@@ -787,8 +789,8 @@ def _inhibitor(who: str, mode: str = "delay", what: str = "shutdown") -> Inhibit
         ([_inhibitor("kubelet-wrapper")], False),
     ],
 )
-def test_kubelet_lock(inhibitors: list[Inhibitor], found: bool) -> None:
-    assert (kubelet_lock(inhibitors) is not None) is found
+def test_kubelet_inhibitor(inhibitors: list[Inhibitor], found: bool) -> None:
+    assert (kubelet_inhibitor(inhibitors) is not None) is found
 
 
 def test_the_agent_says_when_the_kubelet_races_its_drain(

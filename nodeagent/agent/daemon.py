@@ -25,7 +25,7 @@ from nodeagent.context import Context
 from nodeagent.departure.lockholder import LogindLockHolder
 from nodeagent.departure.sigterm import StopHandler
 from nodeagent.departure.worker import Departure
-from nodeagent.host.nodelock import Holder, NodeLock
+from nodeagent.host.nodeclaim import AgentClaim, Claimant
 from nodeagent.kube import identity
 from nodeagent.kube.client import JSON, READ_TIMEOUT, Kube, KubeError
 from nodeagent.kube.credentials import Identity
@@ -103,7 +103,7 @@ class Agent:
             self.pods,
         )
         self._sigterm = threading.Event()
-        self.node_lock = NodeLock(cfg.lock_file, cfg.form)
+        self.claim = AgentClaim(cfg.lock_file, cfg.form)
 
     # -- main -----------------------------------------------------------------
 
@@ -113,7 +113,7 @@ class Agent:
         metrics.serve(self.cfg.reporting.metrics_address, self.stalled_loops)
         # READY before talking to the API: a down API server must never hold up boot.
         self.notify.send("READY=1", "STATUS=starting")
-        if not self._wait_for_node_lock():
+        if not self._wait_for_claim():
             return 0  # stopped while another agent ran the node: nothing of ours to undo
         self.stopping.check_termination_grace()
         if self.cfg.shutdown.logind_dropin:
@@ -138,15 +138,15 @@ class Agent:
         self.events.flush()
         return 0
 
-    def _wait_for_node_lock(self) -> bool:
+    def _wait_for_claim(self) -> bool:
         """One agent per node: wait (healthy, doing nothing) while another one runs it."""
-        seen: Holder | None = None
-        while (holder := self.node_lock.try_acquire()) is not None:
+        seen: Claimant | None = None
+        while (holder := self.claim.try_acquire()) is not None:
             if holder != seen:
                 seen = holder
                 why = (
                     f"standing by: {holder.describe()} runs this node "
-                    f"(lock {self.node_lock.path}); taking over when it exits"
+                    f"(claim file {self.claim.path}); taking over when it exits"
                 )
                 log.warning("%s", why)  # at every log level: two agents on a node is news
                 self.notify.send(f"STATUS={why}")
@@ -159,7 +159,8 @@ class Agent:
     def _raise_logind_delay(self, path: str) -> None:
         """The opt-in drop-in; a failure leaves logind's delay as it is, which the logind
         loop then reports if it is too short."""
-        from nodeagent.host.logind import LogindUnavailableError, system_bus_address
+        from nodeagent.host.dbus import system_bus_address
+        from nodeagent.host.logind import LogindUnavailableError
         from nodeagent.host.logindconf import ensure_dropin
 
         try:

@@ -124,7 +124,7 @@ def boot_began(kernel: float, userspace: float | None) -> float:
 def this_boot(bus_address: str | None = None, stat: Path = Path("/proc/stat")) -> float:
     """:func:`boot_began` from /proc/stat and systemd over the system bus; btime alone
     (said once in the log) when systemd cannot be asked."""
-    from nodeagent.host.logind import userspace_started
+    from nodeagent.host.systemd_manager import userspace_started
 
     try:
         userspace: float | None = userspace_started(bus_address)

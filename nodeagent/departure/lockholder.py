@@ -18,7 +18,7 @@ from typing import Any
 
 from nodeagent.context import Context
 from nodeagent.fence.reason import Reason
-from nodeagent.host.kubeletshutdown import CHECK_INTERVAL, KubeletShutdownReport, kubelet_lock
+from nodeagent.host.kubeletshutdown import CHECK_INTERVAL, KubeletShutdownReport, kubelet_inhibitor
 from nodeagent.host.kubeletshutdown import message as message_for_kubelet
 from nodeagent.host.logindconf import LOGIND_MARGIN
 from nodeagent.kube.client import KubeError
@@ -69,10 +69,10 @@ class LogindLockHolder:
 
     def run(self, ctx: Context, beat: Callable[[], None]) -> None:
         """Loop body: hold the lock until `ctx` is cancelled; raise (to be restarted) if lost."""
-        from nodeagent.host.logind import LogindInhibitor
+        from nodeagent.host.logind import DelayInhibitor
 
         lost = threading.Event()
-        inhibitor = LogindInhibitor(self.on_prepare, on_lost=lambda _exc: lost.set())
+        inhibitor = DelayInhibitor(self.on_prepare, on_lost=lambda _exc: lost.set())
         self._read_inhibit_delay(inhibitor)
         with self._lock:
             self._inhibitor = inhibitor  # before start(): a pending shutdown is reported there
@@ -126,7 +126,7 @@ class LogindLockHolder:
         from nodeagent.host.logind import LogindUnavailableError
 
         try:
-            lock = kubelet_lock(inhibitor.inhibitors())
+            lock = kubelet_inhibitor(inhibitor.inhibitors())
         except LogindUnavailableError as exc:
             log.warning("%s; cannot tell whether the kubelet's graceful shutdown is on", exc)
             return

@@ -53,7 +53,7 @@ class StopHandler:
         if self.cfg.form == "pod":
             self._pod_stopping()
             return
-        from nodeagent.host.logind import why_stopping
+        from nodeagent.host.systemd_manager import why_stopping
 
         evidence = why_stopping()
         reason = evidence.kind

@@ -1,2 +1,3 @@
-"""The host integration: logind and systemd over D-Bus, the kubelet's shutdown lock, the
-node lock, the preload for upgrades."""
+"""The host integration: the system bus (dbus), systemd's manager (systemd_manager), logind
+and the agent's delay inhibitor (logind, logindconf), the kubelet's inhibitor
+(kubeletshutdown), the one-agent-per-node claim (nodeclaim), the preload for upgrades."""

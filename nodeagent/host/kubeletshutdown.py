@@ -1,4 +1,4 @@
-"""The kubelet's own graceful node shutdown, seen as its delay lock in logind.
+"""The kubelet's own graceful node shutdown, seen as the kubelet's inhibitor in logind.
 
 With `shutdownGracePeriod` above 0 the kubelet holds a logind delay inhibitor (who
 `kubelet`, mode `delay`) and, the moment `PrepareForShutdown(true)` arrives, kills every
@@ -21,19 +21,19 @@ from nodeagent.report import metrics
 log = logging.getLogger(__name__)
 
 KUBELET = "kubelet"
-# The kubelet takes its lock when its shutdown manager starts, which may be after the
-# agent; logind says nothing when a lock is taken, so the agent looks again this often.
+# The kubelet takes its inhibitor when its shutdown manager starts, which may be after the
+# agent; logind says nothing when an inhibitor is taken, so the agent looks again this often.
 CHECK_INTERVAL = 30.0
 
 
-def kubelet_lock(inhibitors: Iterable[Inhibitor]) -> Inhibitor | None:
-    """The kubelet's shutdown delay lock among logind's inhibitors, if it holds one."""
+def kubelet_inhibitor(inhibitors: Iterable[Inhibitor]) -> Inhibitor | None:
+    """The kubelet's inhibitor (a shutdown delay) among logind's inhibitors, if it holds one."""
     return next((i for i in inhibitors if i.who == KUBELET and i.delays_shutdown()), None)
 
 
-def message(lock: Inhibitor) -> str:
+def message(inhibitor: Inhibitor) -> str:
     return (
-        f"the kubelet holds a logind delay lock (pid {lock.pid}): its graceful node shutdown "
+        f"the kubelet holds a logind delay lock (pid {inhibitor.pid}): its graceful node shutdown "
         "is on and kills every pod at shutdown without regard for PodDisruptionBudgets, "
         "racing the drain; set the kubelet's shutdownGracePeriod to 0s and let nodeagent "
         "drain"
@@ -47,14 +47,14 @@ class KubeletShutdownReport:
     seen: Inhibitor | None = None
     checked: bool = False
 
-    def observe(self, lock: Inhibitor | None) -> bool:
+    def observe(self, inhibitor: Inhibitor | None) -> bool:
         """Record the latest look; True when it differs from the previous one."""
         first = not self.checked
-        changed = first or (lock is None) != (self.seen is None)
-        self.seen, self.checked = lock, True
-        metrics.KUBELET_GRACEFUL_SHUTDOWN.set(0 if lock is None else 1)
-        if changed and lock is not None:
-            log.warning("PDBs are not guaranteed at shutdown: %s", message(lock))
+        changed = first or (inhibitor is None) != (self.seen is None)
+        self.seen, self.checked = inhibitor, True
+        metrics.KUBELET_GRACEFUL_SHUTDOWN.set(0 if inhibitor is None else 1)
+        if changed and inhibitor is not None:
+            log.warning("PDBs are not guaranteed at shutdown: %s", message(inhibitor))
         elif changed and not first:
             log.info("the kubelet no longer holds a logind delay lock")
         return changed

@@ -1,6 +1,6 @@
 """Opt-in: a logind drop-in that lets a shutdown wait for the whole drain.
 
-logind waits for delay locks at most `InhibitDelayMaxSec` (5 s by default). A node
+logind waits for delay inhibitors at most `InhibitDelayMaxSec` (5 s by default). A node
 image can ship a drop-in (the host form's package does); a DaemonSet cannot change the
 image, so with `shutdown.logind_dropin` set the agent writes one on the host at start
 and makes logind re-read it, as the kubelet does for its 99-kubelet.conf. logind sorts
@@ -16,11 +16,12 @@ import os
 import time
 from pathlib import Path
 
-from nodeagent.host.logind import LogindInhibitor, LogindUnavailableError, reload_logind
+from nodeagent.host.logind import DelayInhibitor, LogindUnavailableError
+from nodeagent.host.systemd_manager import reload_logind
 
 log = logging.getLogger(__name__)
 
-LOGIND_MARGIN = 5.0  # seconds kept back from logind's delay for closing the lock
+LOGIND_MARGIN = 5.0  # seconds kept back from logind's delay for releasing the inhibitor
 # After its deadline a shutdown drain gets this long to delete what is left and record
 # the result: inside LOGIND_MARGIN, and inside TimeoutStopSec (150 s) after 120 s.
 FINISH_GRACE = 3.0
@@ -66,7 +67,7 @@ def ensure_dropin(path: str, deadline: float, bus_address: str | None = None) ->
 
 def _wait_applied(wanted: int, bus_address: str | None) -> None:
     """Until logind shows the new delay, so the agent's own check reads the new value."""
-    reader = LogindInhibitor(lambda _active, _kind: None, bus_address=bus_address)
+    reader = DelayInhibitor(lambda _active, _kind: None, bus_address=bus_address)
     until = time.monotonic() + RELOAD_WAIT
     seen = 0.0
     while time.monotonic() < until:

@@ -1,11 +1,14 @@
-"""One agent per node: a lock on a file under /var/lib/nodeagent decides which runs.
+"""One agent per node: the node claim, an flock on a file under /var/lib/nodeagent.
 
 Two agents on one node (a DaemonSet's surge rollout starts the new pod before the old
 one stops; the host form and the DaemonSet installed together) must not take two
-logind delay locks and run two drains. The first to lock the file runs; the other
-waits, saying who holds it, and takes over once the holder exits (the kernel drops the
-lock with the holder's last descriptor, even after SIGKILL). The file lives on the host,
-so the lock holds across containers and the host alike.
+logind delay inhibitors and run two drains. The first to flock the file (the claim file,
+``lock_file`` in the configuration) runs; the other waits, saying who holds the claim,
+and takes over once the holder exits (the kernel drops the flock with the holder's last
+descriptor, even after SIGKILL). The file lives on the host, so the claim holds across
+containers and the host alike. Nothing deletes the file, not even the package's purge
+(packaging/debian/postrm): an agent that opened a deleted file would hold a claim no
+other agent sees.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from pathlib import Path
 
 
 @dataclass(frozen=True)
-class Holder:
-    """Who holds the lock, as written into the file for the next agent to report."""
+class Claimant:
+    """Who holds the claim, as written into the file for the next agent to report."""
 
     form: str  # host | pod
     name: str  # the pod's or the host's name
@@ -33,34 +36,38 @@ class Holder:
         return f"{self.form} agent {self.name} (pid {self.pid}) since {started}"
 
 
-class NodeLockError(OSError):
-    """The lock file cannot be opened at all (missing directory, no permission)."""
+class AgentClaimError(OSError):
+    """The claim file cannot be opened at all (missing directory, no permission)."""
 
 
-class NodeLock:
+class AgentClaim:
+    """This agent's claim on the node: held from :meth:`try_acquire` to :meth:`release`."""
+
     def __init__(self, path: str, form: str) -> None:
         self.path = Path(path)
-        self.me = Holder(form, socket.gethostname(), os.getpid(), time.time())
+        self.me = Claimant(form, socket.gethostname(), os.getpid(), time.time())
         self._fd: int | None = None
 
     @property
     def held(self) -> bool:
         return self._fd is not None
 
-    def try_acquire(self) -> Holder | None:
-        """Take the lock if free; else return its holder (best effort: as it wrote itself)."""
+    def try_acquire(self) -> Claimant | None:
+        """Take the claim if free; else return its holder (best effort: as it wrote itself)."""
         if self._fd is not None:
             return None
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
-            raise NodeLockError(f"cannot open the node lock {self.path}: {exc.strerror}") from None
+            raise AgentClaimError(
+                f"cannot open the node claim file {self.path}: {exc.strerror}"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = _read_holder(fd)
             os.close(fd)
-            return holder or Holder("unknown", "unknown", 0, 0.0)
+            return holder or Claimant("unknown", "unknown", 0, 0.0)
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(asdict(self.me)).encode() + b"\n", 0)
         self._fd = fd
@@ -72,9 +79,11 @@ class NodeLock:
             os.close(fd)
 
 
-def _read_holder(fd: int) -> Holder | None:
+def _read_holder(fd: int) -> Claimant | None:
     try:
         data = json.loads(os.pread(fd, 4096, 0) or b"null")
-        return Holder(str(data["form"]), str(data["name"]), int(data["pid"]), float(data["since"]))
+        return Claimant(
+            str(data["form"]), str(data["name"]), int(data["pid"]), float(data["since"])
+        )
     except (OSError, ValueError, TypeError, KeyError):
         return None
