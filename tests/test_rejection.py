@@ -21,6 +21,7 @@ import pytest
 
 from hack.localcluster import REJECT, REJECT_MESSAGE
 from nodeagent.config import RejectionConfig
+from nodeagent.context import Context
 from nodeagent.drain.podfilter import find_condition
 from nodeagent.kube.client import JSON, ApiError, Kube, pods_path
 from nodeagent.kube.watch import Reflector, node_pods
@@ -122,14 +123,14 @@ def running(
         setattr(env.cfg, key, value)
     events = EventRecorder(env.kube, env.node)
     controller = cls(env.kube, env.node, env.cfg, events)
-    stop = threading.Event()
+    stop = Context.background()
     thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
     thread.start()
     assert controller.reflector.wait_synced(10), "pod watch never synced"
     try:
         yield controller
     finally:
-        stop.set()
+        stop.cancel()
         thread.join(10)
         events.flush()
 
@@ -337,13 +338,13 @@ def test_progress_is_reported_while_the_watch_runs(env: Env) -> None:
         env.kube, env.node, env.cfg, EventRecorder(env.kube, env.node),
         lambda: beats.append(time.monotonic()),
     )  # fmt: skip
-    stop = threading.Event()
+    stop = Context.background()
     thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
     thread.start()
     try:
         ku.wait_until(lambda: len(beats) >= 2, 10, "two progress reports")
     finally:
-        stop.set()
+        stop.cancel()
         thread.join(10)
     assert not thread.is_alive()
     assert beats[1] - beats[0] < 3
@@ -668,13 +669,13 @@ def bind_shipped_roles(env: Env, tmp_path: Path, roles: tuple[str, ...]) -> Kube
 @contextmanager
 def running_as(kube: Kube, env: Env) -> Iterator[RejectionController]:
     controller = RejectionController(kube, env.node, env.cfg, EventRecorder(kube, env.node))
-    stop = threading.Event()
+    stop = Context.background()
     thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
     thread.start()
     try:
         yield controller
     finally:
-        stop.set()
+        stop.cancel()
         thread.join(10)
 
 
@@ -754,13 +755,13 @@ def test_a_shared_pod_watch_hands_the_controller_what_it_already_holds(env: Env)
         )
         events = EventRecorder(env.kube, env.node)
         controller = RejectionController(env.kube, env.node, env.cfg, events, pods=shared)
-        stop = threading.Event()
+        stop = Context.background()
         thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
         thread.start()
         try:
             wait_event(env.kube, env.ns, POD_REJECTED, uid)
         finally:
-            stop.set()
+            stop.cancel()
             thread.join(10)
         assert not shared.stopped
     finally:

@@ -132,6 +132,8 @@ def test_service_lifecycle() -> None:
     assert service["ExecStart"] == ["/usr/bin/nodeagent run --config /etc/nodeagent/config.toml"]
     assert service["KillMode"] == ["mixed"]
     assert service["Restart"] == ["on-failure"]
+    # A bad configuration (exit 2) stops the unit; a missing right (exit 1) is retried.
+    assert words(service, "RestartPreventExitStatus") == ["2"]
     assert service["EnvironmentFile"] == ["-/etc/nodeagent/env"]
     assert "WatchdogSec" in service
     # systemd must not kill a drain that is within its deadline.

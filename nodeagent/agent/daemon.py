@@ -56,7 +56,7 @@ class Agent:
         self.cfg = cfg
         self.kube = kube
         self.identity = identity
-        self.fatal = ""  # set when the agent cannot work at all: it exits 2
+        self.fatal = ""  # set when the identity lacks a right: it exits 1, to be retried
         self.node_name = cfg.node_name
         self.notify = notifier or Notifier()
         self.events = EventRecorder(kube, self.node_name)
@@ -131,7 +131,7 @@ class Agent:
         self.notify.send("STOPPING=1")
         if self.fatal:
             self.ctx.cancel()
-            return 2
+            return 1
         self.stopping.on_stop()
         self.ctx.cancel()
         self.report.flush(2.0)
@@ -240,12 +240,13 @@ class Agent:
             loop.succeeded,
             may_recreate=may_recreate,
             pods=self.pods,
-        ).run(_event_of(ctx))
+        ).run(ctx)
 
     def _check_rights(self, _ctx: Context) -> None:
         """Once at start, under the kubelet's identity: a right a drain needs and the
-        identity lacks is said in one line, and the agent exits 2 (nothing it could do
-        would work). Unanswered reviews raise, and the loop asks again."""
+        identity lacks is said in one line, and the agent exits 1 (nothing it could do
+        would work), which systemd retries: the RBAC may land later (README, exit codes).
+        Unanswered reviews raise, and the loop asks again."""
         assert self.identity is not None
         missing = identity.first_missing(self.kube, self.node_name)
         if missing is None:
@@ -317,10 +318,3 @@ class Agent:
 
     def _hold_logind_lock(self, ctx: Context) -> None:
         self.lockholder.run(ctx, self._loop("logind").succeeded)
-
-
-def _event_of(ctx: Context) -> threading.Event:
-    """A threading.Event set when `ctx` is cancelled, for components that wait on one."""
-    event = threading.Event()
-    ctx.on_cancel(event.set)
-    return event

@@ -68,6 +68,9 @@ class AgentClaim:
             holder = _read_holder(fd)
             os.close(fd)
             return holder or Claimant("unknown", "unknown", 0, 0.0)
+        if not names_file(self.path, fd):
+            os.close(fd)  # unlinked under its flock (a purge): claim the new one next time
+            return Claimant("unknown", "a removed claim file", 0, 0.0)
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(asdict(self.me)).encode() + b"\n", 0)
         self._fd = fd
@@ -77,6 +80,16 @@ class AgentClaim:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
+
+
+def names_file(path: Path, fd: int) -> bool:
+    """Whether `path` still names the file open as `fd` (not unlinked or replaced)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return False
+    here = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (here.st_dev, here.st_ino)
 
 
 def _read_holder(fd: int) -> Claimant | None:

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nodeagent.config import RejectionConfig
+from nodeagent.context import Context
 from nodeagent.drain.podfilter import find_condition
 from nodeagent.kube.client import (
     CONNECT_TIMEOUT,
@@ -56,10 +57,10 @@ from nodeagent.kube.client import (
 from nodeagent.kube.identity import RECREATE_OFF
 from nodeagent.kube.watch import Reflector, node_pods
 from nodeagent.kube.workqueue import WorkQueue
+from nodeagent.rejection.journal import Journal, Recreation
 from nodeagent.rejection.wipe import PodRef, WipeResult, wipe
 from nodeagent.report import metrics
 from nodeagent.report.events import NORMAL, WARNING, EventRecorder
-from nodeagent.report.journal import Journal, Recreation
 
 log = logging.getLogger(__name__)
 
@@ -418,15 +419,15 @@ class RejectionController:
         self._failures: dict[str, int] = {}
         self._busy_since: dict[str, float] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
+        self._ctx = Context.background()  # replaced by run()'s
 
     # -- lifecycle --
 
-    def run(self, stop: threading.Event) -> None:
-        """Watch this node's pods and handle rejections until `stop` is set."""
+    def run(self, ctx: Context) -> None:
+        """Watch this node's pods and handle rejections until `ctx` is cancelled."""
         if not self.cfg.enabled:
             return
-        self._stop = stop
+        self._ctx = ctx
         for entry in self.journal.entries():
             self._track(entry)
             self.queue.add(RECREATE_KEY + entry.key)
@@ -439,7 +440,7 @@ class RejectionController:
         unsubscribe = self.reflector.add_handler(self._on_change)
         try:
             with self.reflector.hold():
-                while not stop.wait(PROGRESS_INTERVAL):
+                while not ctx.wait(PROGRESS_INTERVAL):
                     if self.healthy():
                         self.on_progress()
         finally:
@@ -504,7 +505,7 @@ class RejectionController:
             self._sync_recreation(namespace, name)
 
     def _running(self) -> None:
-        if self._stop.is_set():
+        if self._ctx.cancelled:
             raise Stopped
 
     # -- one pod --

@@ -1,1 +1,1 @@
-"""What the agent says: Node conditions, Events, metrics, the journal, `nodeagent status`."""
+"""What the agent says: Node conditions, Events, metrics, `nodeagent status`."""
