@@ -3,8 +3,10 @@ scheduler, simulated kubelet) for the whole test session."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -38,3 +40,54 @@ def admin_kubeconfig(cluster: Any) -> str:
 @pytest.fixture(scope="session")
 def kube(admin_kubeconfig: str) -> Kube:
     return Kube.from_kubeconfig(admin_kubeconfig)
+
+
+# Tiers, from what a test uses (tests/*.py are not marked one by one): `hack/test --fast`
+# runs what needs none of them. Registered in pyproject.toml.
+CLUSTER_FIXTURES = frozenset({"cluster", "kube", "admin_kubeconfig"})
+# Modules whose use means booting systemd-nspawn machines or building the node artifacts.
+CLUSTER_MODULES = ("hack.localcluster.cluster",)
+NSPAWN_MODULES = ("tests.nspawn", "hack.nspawn", "hack.realnode")
+ARTIFACT_MODULES = ("hack.build", "tests.test_image", "tests.test_ignition", "tests.test_chart")
+
+
+def _uses(module: Any, prefixes: tuple[str, ...]) -> bool:
+    """Whether a test module imported anything from (or is one of) the given modules."""
+    names = [module.__name__]
+    for value in vars(module).values():
+        if isinstance(value, ModuleType):
+            names.append(value.__name__)
+        else:
+            names.append(getattr(value, "__module__", "") or "")
+    return any(n == p or n.startswith(p + ".") for n in names for p in prefixes)
+
+
+def _starts_a_cluster(item: pytest.Item) -> bool:
+    """Whether the item uses the session's control plane, or a fixture that starts its own
+    (tests/test_watch_faults.py's) or a module that drives the harness itself."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    if set(info.names_closure) & CLUSTER_FIXTURES:
+        return True
+    for defs in info.name2fixturedefs.values():
+        for fixturedef in defs:
+            try:
+                source = inspect.getsource(fixturedef.func)
+            except (OSError, TypeError):
+                continue
+            if "Cluster.start(" in source:
+                return True
+    module = getattr(item, "module", None)
+    return module is not None and _uses(module, CLUSTER_MODULES)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = getattr(item, "module", None)
+        if _starts_a_cluster(item):
+            item.add_marker(pytest.mark.cluster)
+        if module is not None and _uses(module, NSPAWN_MODULES):
+            item.add_marker(pytest.mark.nspawn)
+        if module is not None and _uses(module, ARTIFACT_MODULES):
+            item.add_marker(pytest.mark.artifacts)
