@@ -1,4 +1,5 @@
-"""nodeagent.shutdown against a real dbus-daemon, with python-dbusmock serving logind and systemd.
+"""nodeagent/host (logind, systemd_manager, kubeletshutdown) against a real dbus-daemon,
+with python-dbusmock serving logind and systemd.
 
 Each test gets its own private bus (a dbus-daemon with a minimal config) and its own mocks:
 python-dbusmock runs as a separate process under the system interpreter (Debian's

@@ -1,6 +1,6 @@
 """The system bus, through jeepney: one connection whose every wait has a deadline.
 
-Shared by the systemd and logind clients (nodeagent/host/systemd_jobs.py,
+Shared by the systemd and logind clients (nodeagent/host/systemd_manager.py,
 nodeagent/host/logind.py). jeepney is imported lazily: these modules are loaded on the
 shutdown path, where start-up time counts.
 """

@@ -7,7 +7,7 @@ For each such pod on its own node the agent:
 
 1. reports it: pod condition `PodRejected=True` (reason and message are the kubelet's),
    an Event `PodRejected`, the metric `nodeagent_pod_rejections_total{reason}`;
-2. wipes the pod's node-local state once (`nodeagent.wipe`, bounded by the wipe timeout)
+2. wipes the pod's node-local state once (nodeagent/rejection/wipe.py, bounded by the wipe timeout)
    and reports `StateWiped` (`True/Wiped`, or `False` with `WipeTimedOut`/`WipeFailed`),
    an Event and `nodeagent_wipes_total{result}`;
 3. re-creates it when it opted in (bare pods only, annotation
