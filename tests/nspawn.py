@@ -12,24 +12,20 @@ a checkout under /tmp would vanish behind the unit's PrivateTmp=yes).
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import select
 import shutil
-import signal
 import socket
 import subprocess
 import threading
-import time
 from pathlib import Path
+
+from hack.nspawn import Container
 
 REPO = Path(__file__).resolve().parent.parent
 LOGIND_DROPIN_NAME = "zz-nodeagent.conf"
 INNER_SRC = "/opt/nodeagent-src"
 KUBELET_STOPPED = "var/lib/kubelet-stopped"
-EXIT_REBOOT = 133
-INNER_PATH = "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
 INSTALLED = "usr/lib/nodeagent/bin/nodeagent"
 # Where EKS and GKE keep the kubelet's kubeconfig; the agent finds it there by itself.
 KUBELET_KUBECONFIG = "var/lib/kubelet/kubeconfig"
@@ -159,14 +155,14 @@ def nspawn_root() -> Path:
     return hack("nspawn-root", 1800)[-1]
 
 
-class Machine:
+class Machine(Container):
     """One container: a private copy of the template root and its nspawn process."""
+
+    run_timeout = 30.0
 
     def __init__(self, template: Path, workdir: Path, name: str) -> None:
         self.name = name
         self.workdir = workdir
-        self.root = workdir / "root"
-        self.proc: subprocess.Popen[bytes] | None = None
         self.boots = 0
         subprocess.run(
             ["cp", "-a", "--reflink=auto", str(template), str(self.root)],
@@ -226,89 +222,18 @@ class Machine:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(config)
 
-    def path(self, inside: str) -> Path:
-        return self.root / inside.lstrip("/")
-
     # -- lifecycle -------------------------------------------------------------------------
 
     def boot(self, timeout: float = 60.0) -> None:
         """Start the container and return once systemd reports the boot finished."""
-        assert self.proc is None or self.proc.poll() is not None, "already running"
-        self.boots += 1
-        console = open(self.workdir / f"console-{self.boots}.log", "wb")  # noqa: SIM115
-        with console:
-            self.proc = subprocess.Popen(
-                [
-                    "systemd-nspawn",
-                    "--boot",
-                    "--register=no",
-                    "--keep-unit",
-                    "--console=passive",
-                    f"--machine={self.name}",
-                    "-D",
-                    str(self.root),
-                    f"--bind-ro={REPO}:{INNER_SRC}",
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=console,
-                stderr=subprocess.STDOUT,
-                env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
-            )
-        end = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"nspawn exited {self.proc.returncode}: {self.console()}")
-            if self.leader() is not None:
-                out = self.run("systemctl", "is-system-running", "--wait", timeout=timeout)
-                if out.stdout.strip() in ("running", "degraded"):
-                    return
-            if time.monotonic() > end:
-                raise RuntimeError(f"container {self.name} did not boot: {self.console()}")
-            time.sleep(0.1)
+        self.spawn(self.nspawn_args(f"--bind-ro={REPO}:{INNER_SRC}"))
+        self.wait_booted(timeout, lambda: self._system_running(timeout), "did not boot")
 
-    def leader(self) -> int | None:
-        """The container's PID 1 as seen from the host (the nspawn process's only child)."""
-        if self.proc is None or self.proc.poll() is not None:
-            return None
-        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
-        with contextlib.suppress(OSError):
-            pids = children.read_text().split()
-            if pids:
-                return int(pids[0])
-        return None
-
-    def run(self, *cmd: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
-        """Run a command inside the container; its output and exit code come back."""
-        leader = self.leader()
-        if leader is None:
-            raise RuntimeError(f"container {self.name} is not running")
-        return subprocess.run(
-            ["env", "-i", INNER_PATH, "nsenter", "--target", str(leader), "--all", "--", *cmd],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-
-    def wait_exit(self, timeout: float) -> int:
-        """Wait for nspawn to exit (0 after poweroff, 133 after reboot); its exit code."""
-        assert self.proc is not None
-        return self.proc.wait(timeout=timeout)
-
-    def kill(self) -> None:
-        """Stop the container at once, whatever state it is in."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        leader = self.leader()
-        if leader is not None:
-            # SIGKILL to a PID namespace's init kills everything in it.
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(leader, signal.SIGKILL)
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+    def _system_running(self, timeout: float) -> bool:
+        if self.leader() is None:
+            return False
+        out = self.run("systemctl", "is-system-running", "--wait", timeout=timeout)
+        return out.stdout.strip() in ("running", "degraded")
 
     def destroy(self) -> None:
         self.kill()
@@ -316,41 +241,11 @@ class Machine:
 
     # -- what happened inside --------------------------------------------------------------
 
-    def console(self) -> str:
-        logs = sorted(self.workdir.glob("console-*.log"))
-        return "\n".join(p.read_text(errors="replace")[-4000:] for p in logs)
-
-    def journal(self, *args: str) -> list[dict[str, str]]:
-        """Journal entries (JSON fields) from every boot of this container so far."""
-        out = subprocess.run(
-            ["journalctl", "-D", str(self.path("var/log/journal")), "-o", "json", *args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        entries = []
-        for line in out.stdout.splitlines():
-            entry = json.loads(line)
-            if isinstance(entry.get("MESSAGE"), str):
-                entries.append(entry)
-        return entries
-
     def messages(self, unit: str = "nodeagent.service") -> list[str]:
-        return [e["MESSAGE"] for e in self.journal("-u", unit)]
-
-    def journal_text(self) -> str:
-        out = subprocess.run(
-            ["journalctl", "-D", str(self.path("var/log/journal")), "-o", "short-unix"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        return out.stdout
+        return super().messages(unit)
 
     def inhibitors(self) -> list[list[str]]:
-        """logind's inhibitor locks, one row each: who, uid, user, pid, comm, what, why, mode."""
+        """logind's inhibitors, one row each: who, uid, user, pid, comm, what, why, mode."""
         out = self.run("systemd-inhibit", "--list", "--no-legend", "--no-pager")
         if out.returncode != 0:
             raise RuntimeError(f"systemd-inhibit --list failed: {out.stderr.strip()}")

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from hack.nspawn import EXIT_REBOOT
 from nodeagent.fence.marker import (
     CORDONED_BY,
     DRAIN_REASON,
@@ -34,7 +35,6 @@ from nodeagent.kube.client import Kube, node_path
 from nodeagent.report.conditions import READY
 from tests import kubeutil as ku
 from tests.nspawn import (
-    EXIT_REBOOT,
     KUBELET_KUBECONFIG,
     ApiRelay,
     Machine,

@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -27,13 +26,12 @@ from pathlib import Path
 from hack.localcluster.cluster import Cluster
 from hack.localcluster.kubeapi import ApiError
 from hack.localcluster.procs import ProcRef, free_ports, proc_ref
+from hack.nspawn import Container
 
 from . import build, host
 from .config import CA_PATH, NodeOptions, NodeSlot, cni_config, env_file, kubelet_config
 
 STATE_FILE = "state.json"
-INNER_PATH = "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
-EXIT_REBOOT = 133
 
 
 class NodeError(RuntimeError):
@@ -41,7 +39,7 @@ class NodeError(RuntimeError):
 
 
 @dataclass
-class RealNode:
+class RealNode(Container):
     cluster: Cluster
     name: str
     workdir: Path
@@ -55,12 +53,7 @@ class RealNode:
     ports: list[str] = field(default_factory=list)
     _child: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
-    @property
-    def root(self) -> Path:
-        return self.workdir / "root"
-
-    def path(self, inside: str) -> Path:
-        return self.root / inside.lstrip("/")
+    error = NodeError
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -140,11 +133,7 @@ class RealNode:
 
     def boot(self, timeout: float = 180.0) -> float:
         """Start the container; return the seconds until the Node was Ready and schedulable."""
-        if self.running():
-            raise NodeError(f"node {self.name} is already running")
-        self.boots += 1
         started = time.monotonic()
-        console = self.workdir / f"console-{self.boots}.log"
         # nspawn makes its cgroups (payload, supervisor) below its own in the named systemd
         # hierarchy: started in the node's cgroup root, they go when the node's tree goes.
         enter = ""
@@ -152,30 +141,14 @@ class RealNode:
             home.mkdir(parents=True, exist_ok=True)
             enter += f'echo $$ > "{home}/cgroup.procs" && '
         enter += 'exec "$@"'
-        with console.open("wb") as out:
-            self._child = subprocess.Popen(
-                ["sh", "-c", enter, "sh", *self._nspawn_args()],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
-                start_new_session=True,
-            )
-        self.proc = proc_ref(self._child.pid)
+        child = self.spawn(["sh", "-c", enter, "sh", *self._nspawn_args()], start_new_session=True)
+        self.proc = proc_ref(child.pid)
         self._save()
         self.wait_ready(timeout, since=started)
         return time.monotonic() - started
 
     def _nspawn_args(self) -> list[str]:
-        return [
-            "systemd-nspawn",
-            "--boot",
-            "--register=no",
-            "--keep-unit",
-            "--console=passive",
-            f"--machine={self.name}",
-            "-D",
-            str(self.root),
+        return self.nspawn_args(
             # CAP_SYS_ADMIN (cgroups, mounts), CAP_NET_ADMIN (the CNI bridge), CAP_SYSLOG.
             "--capability=all",
             # runc gives every container a session keyring.
@@ -183,18 +156,12 @@ class RealNode:
             # The kubelet's OOM watcher reads the kernel log.
             "--bind=/dev/kmsg",
             *self.binds,
-        ]
+        )
 
     def wait_ready(self, timeout: float, since: float | None = None) -> None:
         """Until the Node is Ready, with a heartbeat from this boot, and without taints."""
         since_wall = time.time() - (time.monotonic() - since if since is not None else 0)
-        end = time.monotonic() + timeout
-        while not self._ready(since_wall):
-            if not self.running():
-                raise NodeError(f"node {self.name} stopped while booting:\n{self.console()}")
-            if time.monotonic() > end:
-                raise NodeError(f"node {self.name} not Ready after {timeout:.0f}s:\n{self.tail()}")
-            time.sleep(0.2)
+        self.wait_booted(timeout, lambda: self._ready(since_wall), "not Ready")
 
     def _ready(self, since_wall: float) -> bool:
         try:
@@ -209,59 +176,11 @@ class RealNode:
         fresh = bool(ready) and _rfc3339(ready[0]["lastHeartbeatTime"]) >= int(since_wall)
         return fresh and not any(t["key"].startswith("node.kubernetes.io/") for t in taints)
 
-    def running(self) -> bool:
+    def nspawn_pid(self) -> int | None:
+        """The nspawn process: started here, or recorded by the process that started it."""
         if self._child is not None:
-            return self._child.poll() is None
-        return self.proc is not None and self.proc.alive()
-
-    def leader(self) -> int | None:
-        """The container's PID 1 as seen from the host (the nspawn process's only child)."""
-        if not self.running() or self.proc is None:
-            return None
-        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
-        with contextlib.suppress(OSError):
-            pids = children.read_text().split()
-            if pids:
-                return int(pids[0])
-        return None
-
-    def run(self, *cmd: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-        """Run a command inside the container; its output and exit code come back."""
-        leader = self.leader()
-        if leader is None:
-            raise NodeError(f"node {self.name} is not running")
-        return subprocess.run(
-            ["env", "-i", INNER_PATH, "nsenter", "--target", str(leader), "--all", "--", *cmd],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-
-    def wait_exit(self, timeout: float) -> int:
-        """Wait for nspawn to exit: 0 after a poweroff, 133 after a reboot."""
-        if self._child is not None:
-            return self._child.wait(timeout=timeout)
-        end = time.monotonic() + timeout
-        while self.running():
-            if time.monotonic() > end:
-                raise subprocess.TimeoutExpired("systemd-nspawn", timeout)
-            time.sleep(0.1)
-        return 0
-
-    def kill(self) -> None:
-        """Stop the container at once: SIGKILL to its PID 1 ends the whole PID namespace."""
-        leader = self.leader()
-        if leader is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(leader, signal.SIGKILL)
-        try:
-            self.wait_exit(15)
-        except subprocess.TimeoutExpired:
-            if self.proc is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.proc.pid, signal.SIGKILL)
-            self.wait_exit(15)
+            return self._child.pid if self._child.poll() is None else None
+        return self.proc.pid if self.proc is not None and self.proc.alive() else None
 
     def stop(self, *, graceful: bool = False, keep_node: bool = False) -> None:
         """Stop the node and give back everything it held; raises if anything is left.
@@ -338,39 +257,11 @@ class RealNode:
 
     # ---- what happened inside ----------------------------------------------------------
 
-    def console(self) -> str:
-        logs = sorted(self.workdir.glob("console-*.log"))
-        return "\n".join(p.read_text(errors="replace")[-4000:] for p in logs)
-
-    def journal(self, *args: str) -> list[dict[str, str]]:
-        """Journal entries (JSON fields) from every boot of this node so far."""
-        out = subprocess.run(
-            ["journalctl", "-D", str(self.path("var/log/journal")), "-o", "json", *args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        entries = []
-        for line in out.stdout.splitlines():
-            entry = json.loads(line)
-            if isinstance(entry.get("MESSAGE"), str):
-                entries.append(entry)
-        return entries
-
-    def messages(self, unit: str) -> list[str]:
-        return [e["MESSAGE"] for e in self.journal("-u", unit)]
+    def diagnose(self) -> str:
+        return self.tail()
 
     def tail(self, lines: int = 60) -> str:
-        journal = str(self.path("var/log/journal"))
-        out = subprocess.run(
-            ["journalctl", "-D", journal, "-o", "short-unix", "-n", str(lines)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        return out.stdout
+        return self.journal_text("-n", str(lines))
 
 
 def _rfc3339(stamp: str) -> int:
