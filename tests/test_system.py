@@ -336,6 +336,20 @@ def test_bad_config_fails_the_unit_and_leaves_the_node_alone(node: Node) -> None
     )
     assert "deadlin" in errors[0] and "\n" not in errors[0], errors
     assert node.machine.run("systemctl", "is-active", "nodeagent").stdout.strip() != "active"
+    # Exit 2 stops the unit (RestartPreventExitStatus=2): past RestartSec=5 it has not been
+    # restarted, and the journal says why once.
+    time.sleep(7)
+    show = node.machine.run(
+        "systemctl", "show", "nodeagent", "-p", "NRestarts,Result,ExecMainStatus,ActiveState"
+    ).stdout.split()
+    assert sorted(show) == [
+        "ActiveState=failed",
+        "ExecMainStatus=2",
+        "NRestarts=0",
+        "Result=exit-code",
+    ], show
+    errors = [m for m in node.machine.messages() if m.startswith("nodeagent: error:")]
+    assert len(errors) == 1, errors
     assert not node.unschedulable()
     assert not [k for k in node.annotations() if k.startswith("nodeagent.io/")]
     assert ku.node_events(node.kube, node.name) == []
