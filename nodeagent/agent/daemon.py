@@ -1,7 +1,7 @@
 """`nodeagent run`: the agent's wiring, its loops, sd_notify, signals, the watchdog.
 
 The loops: the own-Node watch (feeding the departure worker and the reporter), the
-departure worker (nodeagent/departure/worker.py), the heartbeat, the logind lock, the
+departure worker (nodeagent/departure/worker.py), the heartbeat, logind's delay inhibitor, the
 own-pods watch, the one-shot reconcile after start and the leftovers pass. See
 docs/architecture.md for who owns what.
 
