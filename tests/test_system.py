@@ -444,7 +444,7 @@ def test_cancelled_shutdown_uncordons_and_retakes_the_lock(node: Node) -> None:
     assert machine.run("systemctl", "is-active", "nodeagent").stdout.strip() == "active"
     ku.wait_until(lambda: agent_locks(node), 10, "the agent to take a new delay lock")
     assert len(agent_locks(node)) == 1, machine.inhibitors()
-    assert machine.proc is not None and machine.proc.poll() is None
+    assert machine.running()
 
     # The next shutdown is heard and drained like the first. New pods land on this node
     # only: the replacements from the first drain stay on the spare, closed again for now.
