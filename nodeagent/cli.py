@@ -248,7 +248,6 @@ def drain(reason: str, dry_run: bool, **params: Any) -> None:
         },
     )
     from nodeagent.drain.engine import Drain, DrainOptions
-    from nodeagent.drain.podfilter import FinishedPods
     from nodeagent.kube.credentials import connect
     from nodeagent.report.events import EventRecorder
 
@@ -260,10 +259,16 @@ def drain(reason: str, dry_run: bool, **params: Any) -> None:
         force_after_deadline=cfg.drain.force_after_deadline,
         dry_run=dry_run,
         concurrency=cfg.drain.concurrency,
-        finished_pods=FinishedPods(cfg.drain.finished_pods),
+        finished_pods=cfg.drain.finished_pods,
     )
     events = EventRecorder(kube, cfg.node_name, enabled=not dry_run)
-    result = Drain(kube, cfg.node_name, options, events, _progress_printer()).run()
+    progress = _progress_printer()
+    if dry_run:
+        result = Drain(kube, cfg.node_name, options, events, progress).run()
+    else:
+        from nodeagent.departure.executor import cordon_then_drain
+
+        result = cordon_then_drain(Drain(kube, cfg.node_name, options, events, progress))
     events.flush()
     from nodeagent.drain.summary import render
 

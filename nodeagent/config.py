@@ -23,12 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodeagent.fence.reason import EvacuatePolicy, Policy, Reason
+from nodeagent.fence.reason import EvacuatePolicy, FinishedPods, Policy, Reason
 
-POLICIES = tuple(p.value for p in Policy)
 LOG_FORMATS = ("text", "json")
-EVACUATE_POLICIES = tuple(p.value for p in EvacuatePolicy)
-FINISHED_PODS = ("keep", "delete")  # nodeagent.podfilter.FinishedPods
 # host: a systemd unit, whose SIGTERM may be the machine going down. pod: a DaemonSet's
 # container, whose SIGTERM is a rollout, an uninstall or an eviction, never a shutdown.
 FORMS = ("host", "pod")
@@ -71,6 +68,20 @@ def choice(default: str, choices: tuple[str, ...]) -> Any:
     return field(default=default, metadata={"choices": choices})
 
 
+# The metadata of a field holding an enum: the text is parsed once, where it enters (load,
+# or a constructor given the text), and the enum is what is stored.
+POLICY: dict[str, Any] = {"enum": Policy}
+EVACUATE_POLICY: dict[str, Any] = {"enum": EvacuatePolicy}
+FINISHED_PODS: dict[str, Any] = {"enum": FinishedPods}
+
+
+def _enums(obj: Any) -> None:
+    """Turn the text given to a constructor into the policy fields' enums."""
+    for f in dataclasses.fields(obj):
+        if "enum" in f.metadata:
+            setattr(obj, f.name, f.metadata["enum"](getattr(obj, f.name)))
+
+
 @dataclass
 class DrainConfig:
     deadline: float = duration("120s", minimum="1s")
@@ -78,21 +89,24 @@ class DrainConfig:
     force_after_deadline: bool = False
     concurrency: int = 32
     # Succeeded/Failed pods: keep them, or delete them as kubectl drain does.
-    finished_pods: str = choice("keep", FINISHED_PODS)
+    finished_pods: FinishedPods = field(default=FinishedPods.KEEP, metadata=FINISHED_PODS)
+
+    def __post_init__(self) -> None:
+        _enums(self)
 
 
 @dataclass
 class ShutdownConfig:
     """What to do per reason for stopping: drain | cordon | none."""
 
-    poweroff: str = choice("drain", POLICIES)
-    reboot: str = choice("drain", POLICIES)
-    halt: str = choice("drain", POLICIES)
-    kexec: str = choice("drain", POLICIES)
-    soft_reboot: str = choice("drain", POLICIES)
-    stop: str = choice("drain", POLICIES)
-    restart: str = choice("none", POLICIES)
-    unknown: str = choice("none", POLICIES)
+    poweroff: Policy = field(default=Policy.DRAIN, metadata=POLICY)
+    reboot: Policy = field(default=Policy.DRAIN, metadata=POLICY)
+    halt: Policy = field(default=Policy.DRAIN, metadata=POLICY)
+    kexec: Policy = field(default=Policy.DRAIN, metadata=POLICY)
+    soft_reboot: Policy = field(default=Policy.DRAIN, metadata=POLICY)
+    stop: Policy = field(default=Policy.DRAIN, metadata=POLICY)
+    restart: Policy = field(default=Policy.NONE, metadata=POLICY)
+    unknown: Policy = field(default=Policy.NONE, metadata=POLICY)
     # The kubelet kills what is left anyway when the node goes down; deleting it
     # with the remaining grace lets it stop cleanly instead.
     force_after_deadline: bool = True
@@ -107,6 +121,9 @@ class ShutdownConfig:
     # only repeat the default).
     logind_dropin: str = field(default="", metadata={"check": "absolute"})
 
+    def __post_init__(self) -> None:
+        _enums(self)
+
     def policy(self, reason: Reason) -> Policy:
         """What `reason` asks for. A removal never drains; an evacuation is not a shutdown."""
         table = {
@@ -119,7 +136,7 @@ class ShutdownConfig:
             Reason.RESTART: self.restart,
             Reason.UNKNOWN: self.unknown,
         }
-        return Policy(table.get(reason, Policy.NONE))
+        return table.get(reason, Policy.NONE)
 
 
 @dataclass
@@ -132,7 +149,10 @@ class UncordonConfig:
 @dataclass
 class EvacuateConfig:
     taints: list[str] = field(default_factory=lambda: ["nodeagent.io/evacuate"])
-    policy: str = choice("Evacuate", EVACUATE_POLICIES)
+    policy: EvacuatePolicy = field(default=EvacuatePolicy.EVACUATE, metadata=EVACUATE_POLICY)
+
+    def __post_init__(self) -> None:
+        _enums(self)
 
 
 @dataclass
@@ -240,10 +260,11 @@ def _convert(f: dataclasses.Field[Any], value: Any, from_env: bool) -> Any:
         return _to_list(value, from_env)
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {value!r}")
-    choices = f.metadata.get("choices")
+    enum = f.metadata.get("enum")
+    choices = tuple(enum) if enum else f.metadata.get("choices")
     if choices and value not in choices:
         raise ValueError(f"bad value {value!r} (one of: {', '.join(choices)})")
-    return value
+    return enum(value) if enum else value
 
 
 def _check(f: dataclasses.Field[Any], value: Any) -> Any:

@@ -12,6 +12,7 @@ import pytest
 
 from nodeagent.config import Config
 from nodeagent.context import Context
+from nodeagent.departure import budget
 from nodeagent.departure.worker import Departure
 from nodeagent.fence.decision import Step
 from nodeagent.fence.marker import DRAIN_REASON
@@ -64,11 +65,10 @@ def test_a_cancel_overtaken_by_the_next_shutdown_still_ends_the_first(
     """PrepareForShutdown true, false, true in quick succession while the first drain runs:
     the cancel is stale by the time it is handled (a newer shutdown came), yet it ends the
     first shutdown, so the second one is not mistaken for it and drains for its reason."""
-    deadline = time.monotonic() + 60
-    worker.shutdown(Reason.POWEROFF, deadline, "logind", generation=1)
+    worker.shutdown(Reason.POWEROFF, budget.logind(time.monotonic(), 60, None), "logind", 1)
     ku.wait_until(lambda: drain_running(worker), 15, "the first drain")
     worker.cancel(2)
-    second = worker.shutdown(Reason.REBOOT, time.monotonic() + 60, "logind", generation=3)
+    second = worker.shutdown(Reason.REBOOT, budget.logind(time.monotonic(), 60, None), "logind", 3)
     ku.wait_until(lambda: worker._running and worker._running.reason is Reason.REBOOT, 15)
     assert second.decision is not None and second.decision.step is Step.DRAIN
     ku.wait_until(

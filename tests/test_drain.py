@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from nodeagent.context import Context
+from nodeagent.departure.executor import cordon_then_drain
 from nodeagent.drain.engine import Drain, DrainOptions, DrainOutcome, DrainResult, PodOutcome
 from nodeagent.drain.summary import render
 from nodeagent.fence.marker import BOOT_ID, CORDONED_BY, DRAIN_REASON, DRAIN_STARTED_AT
@@ -37,7 +38,7 @@ class Pair:
     def drain(self, **opts: Any) -> DrainResult:
         options = DrainOptions(**opts)
         events = EventRecorder(self.kube, self.a)
-        result = Drain(self.kube, self.a, options, events).run()
+        result = cordon_then_drain(Drain(self.kube, self.a, options, events))
         events.flush()
         return result
 
@@ -220,14 +221,18 @@ def test_a_drain_ends_with_its_context(pair: Pair) -> None:
     ku.wait_pdb_ready(kube, pair.ns, "quorum-pdb")
     options = DrainOptions(deadline=120)
 
-    timed = Drain(kube, pair.a, options).run(Context.background().with_timeout(3))
+    timed = cordon_then_drain(
+        Drain(kube, pair.a, options), ctx=Context.background().with_timeout(3)
+    )
     assert timed.outcome is DrainOutcome.TIMED_OUT and timed.seconds < 30, timed
 
     ctx = Context.background()
     blocked = threading.Event()
     drain = Drain(kube, pair.a, options, progress=lambda m: "blocked" in m and blocked.set())
     results: list[DrainResult] = []
-    worker = threading.Thread(target=lambda: results.append(drain.run(ctx.with_timeout(120))))
+    worker = threading.Thread(
+        target=lambda: results.append(cordon_then_drain(drain, ctx=ctx.with_timeout(120)))
+    )
     worker.start()
     assert blocked.wait(30), "the PDB never refused the eviction"
     ctx.cancel()

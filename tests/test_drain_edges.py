@@ -16,9 +16,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from nodeagent.departure.executor import outcome_condition
+from nodeagent.departure.executor import cordon_then_drain, outcome_condition
 from nodeagent.drain.engine import (
-    BLOCKED_EVENT_AFTER,
     Drain,
     DrainOptions,
     DrainOutcome,
@@ -26,6 +25,7 @@ from nodeagent.drain.engine import (
     PodState,
     pod_state,
 )
+from nodeagent.drain.eviction import BLOCKED_EVENT_AFTER
 from nodeagent.drain.podfilter import FinishedPods, controller_of
 from nodeagent.drain.summary import render
 from nodeagent.kube.client import JSON, Kube, api_stamp, node_path, pods_path
@@ -224,7 +224,9 @@ def test_pod_held_by_finalizer_is_left_not_evicted(cluster: Any, kube: Kube) -> 
     ku.wait_running(kube, node, 2)
     try:
         events = EventRecorder(kube, node)
-        result = Drain(kube, node, DrainOptions(deadline=30, stuck_after=2), events).run()
+        result = cordon_then_drain(
+            Drain(kube, node, DrainOptions(deadline=30, stuck_after=2), events)
+        )
         events.flush()
         assert ku.exists(kube, pods_path(group, "held"))
     finally:
@@ -309,7 +311,7 @@ def test_only_a_lasting_refusal_gets_an_eviction_blocked_event(cluster: Any, kub
     ku.open_node(kube, spare)
     events = EventRecorder(kube, node)
     blocked = metrics.enable().get_sample_value("nodeagent_evictions_total", {"result": "blocked"})
-    result = Drain(kube, node, DrainOptions(deadline=60), events).run()
+    result = cordon_then_drain(Drain(kube, node, DrainOptions(deadline=60), events))
     events.flush(10)
     assert result.outcome == "drained"
     assert result.seconds > BLOCKED_EVENT_AFTER + 1, "too short a queue to prove anything"
@@ -324,7 +326,7 @@ def test_only_a_lasting_refusal_gets_an_eviction_blocked_event(cluster: Any, kub
     ku.wait_running(kube, node2, 1)
     ku.wait_pdb_ready(kube, other, "quorum")
     events = EventRecorder(kube, node2)
-    result = Drain(kube, node2, DrainOptions(deadline=12), events).run()
+    result = cordon_then_drain(Drain(kube, node2, DrainOptions(deadline=12), events))
     events.flush(10)
     assert result.outcome == "timed-out"
     assert pod_event_reasons(kube, other)["EvictionBlocked"] == 1
@@ -388,7 +390,7 @@ def retrying_drain(
     client = Kube.from_kubeconfig(str(kubeconfig))
     drain = Drain(client, node, DrainOptions(deadline=60), progress=progress, pods=pods)
     results: list[DrainResult] = []
-    runner = threading.Thread(target=lambda: results.append(drain.run()), daemon=True)
+    runner = threading.Thread(target=lambda: results.append(cordon_then_drain(drain)), daemon=True)
     runner.start()
     assert refused.wait(20), "the eviction was never refused: the test proves nothing"
     return Retrying(group, node, uid, proxy, drain, results, runner)
@@ -468,7 +470,9 @@ def test_a_pod_bound_as_the_node_is_cordoned_is_evicted(cluster: Any, kube: Kube
             names = lambda: {p["metadata"]["name"] for p in pods.snapshot()}  # noqa: E731
             ku.wait_until(lambda: "late" in names(), 10, "the drain's watch to show it")
 
-    result = Drain(kube, node, DrainOptions(deadline=30), progress=progress, pods=pods).run()
+    result = cordon_then_drain(
+        Drain(kube, node, DrainOptions(deadline=30), progress=progress, pods=pods)
+    )
     assert result.outcome is DrainOutcome.DRAINED, result
     assert sorted(p.name for p in result.evicted) == ["early", "late"]
     ku.wait_until(lambda: not ku.pods_on(kube, node), 10, "the node empty")

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from nodeagent.departure.executor import cordon_then_drain
 from nodeagent.drain.engine import Drain, DrainOptions
 from nodeagent.drain.grants import (
     Grant,
@@ -224,7 +225,9 @@ def test_restarted_drain_finishes_the_granted_eviction(
 
     # Without finishing the grant both evictions are refused until the PDB forgets it
     # (2 minutes): the drain would end timed-out.
-    result = Drain(kube, node, DrainOptions(deadline=40), events, messages.append).run()
+    result = cordon_then_drain(
+        Drain(kube, node, DrainOptions(deadline=40), events, messages.append)
+    )
     events.flush()
 
     assert result.outcome == "drained", (result, messages)

@@ -9,7 +9,17 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "nodeagent"
 
 # Engines and plain pieces: they act when called and decide nothing about the node's owner.
-ENGINES = {"kube", "fence", "drain", "report", "host", "context", "config"}
+ENGINES = {"objects", "kube", "fence", "drain", "report", "host", "context", "config"}
+# Their order (docs/architecture.md): a part imports only parts before it, or SHARED.
+ORDER = [{"objects"}, {"context", "config"}, {"kube"}, {"fence"}, {"drain"}, {"report"}, {"host"}]
+# Every layer may use these: the vocabulary, and the reporting sinks (counters, Events,
+# conditions as data). None of them imports a part after kube.
+SHARED = {
+    "nodeagent.fence.reason",
+    "nodeagent.report.metrics",
+    "nodeagent.report.events",
+    "nodeagent.report.conditions",
+}
 # Controllers: each runs its own loop over what it watches.
 CONTROLLERS = {"departure", "rejection"}
 # The wiring: may import anything.
@@ -20,6 +30,26 @@ def layer_of(module: str) -> str:
     """The top-level part of `nodeagent.x.y` (x), or '' outside the package."""
     parts = module.split(".")
     return parts[1] if parts[0] == "nodeagent" and len(parts) > 1 else ""
+
+
+def rank(part: str) -> int:
+    return next(i for i, parts in enumerate(ORDER) if part in parts)
+
+
+def module_imports() -> list[tuple[str, str]]:
+    """(importing module, imported module) for every import of the package by itself."""
+    edges = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        importer = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                edges += [(importer, a.name) for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                if node.module.count(".") == 1:  # from nodeagent.x import module
+                    edges += [(importer, f"{node.module}.{a.name}") for a in node.names]
+                else:
+                    edges.append((importer, node.module))
+    return [(a, b) for a, b in edges if layer_of(b)]
 
 
 def imports() -> list[tuple[str, str]]:
@@ -57,10 +87,29 @@ def test_controllers_never_import_each_other_or_the_wiring() -> None:
     assert bad == []
 
 
+def test_engines_import_each_other_only_in_order() -> None:
+    bad = []
+    for importer, imported in module_imports():
+        a, b = layer_of(importer), layer_of(imported)
+        engines = a in ENGINES and b in ENGINES and a != b
+        if engines and imported not in SHARED and rank(b) > rank(a):
+            bad.append((importer, imported))
+    assert bad == []
+
+
+def test_the_shared_modules_stay_low() -> None:
+    # What every layer imports must not pull in the layers above kube.
+    low = {"objects", "context", "config", "kube"}
+    for importer, imported in module_imports():
+        if importer in SHARED and imported not in SHARED:
+            assert layer_of(imported) in low, (importer, imported)
+
+
 def test_the_graph_is_seen() -> None:
     # The checks above would pass on an empty graph: make sure the walk finds real edges.
     edges = imports()
     assert ("departure", "drain") in edges and ("agent", "departure") in edges
+    assert ("nodeagent.drain.engine", "nodeagent.drain.eviction") in module_imports()
 
 
 # -- inside nodeagent.kube ------------------------------------------------------------------

@@ -18,7 +18,7 @@ import time
 from types import FrameType
 
 from nodeagent.agent.loops import Loop, Notifier
-from nodeagent.agent.mirror import NodeMirror, ready
+from nodeagent.agent.mirror import NodeMirror
 from nodeagent.agent.reconcile import AfterStart
 from nodeagent.config import Config
 from nodeagent.context import Context
@@ -30,6 +30,7 @@ from nodeagent.kube import identity
 from nodeagent.kube.client import JSON, READ_TIMEOUT, Kube, KubeError
 from nodeagent.kube.credentials import Identity
 from nodeagent.kube.watch import Reflector, node_pods
+from nodeagent.objects import is_ready as ready
 from nodeagent.report import metrics
 from nodeagent.report.conditions import ConditionWriter, heartbeat_wait
 from nodeagent.report.events import EventRecorder
@@ -79,8 +80,8 @@ class Agent:
         self.lockholder = LogindLockHolder(
             cfg.drain.deadline,
             self.readiness,
-            lambda reason, deadline, gen, after: self.departure.shutdown(
-                reason, deadline, "logind", gen, after
+            lambda reason, budget, gen, after: self.departure.shutdown(
+                reason, budget, "logind", gen, after
             ),
             self.departure.cancel,
         )

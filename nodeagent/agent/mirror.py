@@ -29,9 +29,3 @@ class NodeMirror:
                 lambda: self._node is not None and predicate(self._node), timeout
             )
             return self._node
-
-
-def ready(obj: JSON) -> bool:
-    """A Node or Pod whose Ready condition is True."""
-    conds = (obj.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 
-from nodeagent.agent.mirror import NodeMirror, ready
+from nodeagent.agent.mirror import NodeMirror
 from nodeagent.config import Config
 from nodeagent.context import Context
 from nodeagent.departure.worker import Departure
@@ -22,6 +22,7 @@ from nodeagent.fence.decision import Step, evacuation_asked
 from nodeagent.fence.reason import marker_reason
 from nodeagent.kube.client import JSON, Kube, KubeError, node_path
 from nodeagent.kube.watch import Reflector
+from nodeagent.objects import is_ready as ready
 from nodeagent.report import conditions, metrics
 from nodeagent.report.conditions import ConditionWriter
 from nodeagent.report.events import WARNING, EventRecorder

@@ -2,7 +2,9 @@
 
 `FenceExecutor.apply` carries out one `Decision` (see nodeagent/fence/decision.py) within
 a `Context`, sends the Event and reports the condition the decision names, and records a
-drain's result. Nothing else in the daemon cordons, uncordons or starts a drain.
+drain's result. Nothing else in the daemon cordons, uncordons or starts a drain, and
+nothing else writes the fence: a drain is kubectl's two steps (RunCordonOrUncordon, then
+RunNodeDrain), `cordon_then_drain`, which `nodeagent drain` runs too.
 """
 
 from __future__ import annotations
@@ -10,17 +12,16 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from nodeagent.config import Config
 from nodeagent.context import Context
+from nodeagent.departure.budget import Budget
 from nodeagent.drain.engine import Drain, DrainOptions, DrainOutcome, DrainResult
-from nodeagent.drain.podfilter import FinishedPods
 from nodeagent.fence import marker
 from nodeagent.fence.decision import Decision, Step
-from nodeagent.fence.reason import GOING_DOWN, Reason
-from nodeagent.host.logindconf import FINISH_GRACE
-from nodeagent.kube.client import JSON, Kube
+from nodeagent.fence.reason import Reason
+from nodeagent.kube.client import JSON, Kube, KubeError
 from nodeagent.kube.watch import Reflector
 from nodeagent.report import conditions, metrics
 from nodeagent.report.conditions import ConditionWriter
@@ -28,34 +29,91 @@ from nodeagent.report.events import EventRecorder
 
 log = logging.getLogger(__name__)
 
+NODE_CHANGED_RETRIES = 3  # reads of a Node that keeps changing under a cordon, then give up
 
-def drain_options(cfg: Config, reason: Reason, budget: float) -> DrainOptions:
-    """How the agent drains for `reason` with `budget` seconds left.
 
-    A shutdown's drain is cut to fit its budget, leaves room to finish inside logind's
-    delay, and forces by the shutdown policy (the kubelet kills what is left anyway). An
-    evacuation uses the configured deadline and never takes over a shutdown's cordon.
+def drain_options(cfg: Config, reason: Reason, budget: Budget, now: float) -> DrainOptions:
+    """How the agent drains for `reason` from `now`, inside `budget`.
+
+    A shutdown's drain leaves room to finish inside logind's delay, and forces by the
+    shutdown policy (the kubelet kills what is left anyway). An evacuation forces by the
+    drain's own setting.
     """
+    seconds = budget.drain_seconds(now)
     if reason is Reason.EVACUATE:
         return DrainOptions(
             reason=reason,
-            deadline=cfg.drain.deadline,
+            deadline=seconds,
             do_not_disrupt_ceiling=cfg.drain.do_not_disrupt_ceiling,
             force_after_deadline=cfg.drain.force_after_deadline,
             concurrency=cfg.drain.concurrency,
-            finished_pods=FinishedPods(cfg.drain.finished_pods),
-            keep_marker_reasons=tuple(sorted(GOING_DOWN)),
+            finished_pods=cfg.drain.finished_pods,
+            finish_grace=budget.finish_grace,
         )
     return DrainOptions(
         reason=reason,
-        deadline=budget,
-        do_not_disrupt_ceiling=min(cfg.drain.do_not_disrupt_ceiling, budget / 2),
+        deadline=seconds,
+        do_not_disrupt_ceiling=min(cfg.drain.do_not_disrupt_ceiling, seconds / 2),
         force_after_deadline=cfg.shutdown.force_after_deadline,
         force_grace_seconds=1,
         concurrency=cfg.drain.concurrency,
-        finished_pods=FinishedPods(cfg.drain.finished_pods),
-        finish_grace=FINISH_GRACE,
+        finished_pods=cfg.drain.finished_pods,
+        finish_grace=budget.finish_grace,
     )
+
+
+def cordon_then_drain(
+    drain: Drain,
+    node: JSON | None = None,
+    keep: Collection[str] = (),
+    ctx: Context | None = None,
+) -> DrainResult:
+    """Cordon with the marker, then drain, in the drain's time: the cordon waits for the
+    drain's pod watch to list (a drain that cannot list changes nothing), and the drain
+    plans from the pods the watch shows once the cordon is answered. `keep`: the agent's
+    markers of this boot left as they are.
+
+    `node` is the Node the caller decided on: when it changed since (the cordon's
+    resourceVersion precondition), marker.NodeChanged is raised, for the caller to read
+    it again and decide again. Without `node` it is read here, and read again on a change.
+    """
+    with drain.started(ctx) as kube:
+        if drain.cancelled:
+            return drain.evict({"metadata": {"name": drain.node_name}}, cordoned=False)
+        if node is not None and "spec" in node:
+            cordoned = _cordon_for_drain(drain, kube, node, keep)
+        else:  # not observed yet: nothing was decided on it
+            node, cordoned = _read_and_cordon(drain, kube, keep)
+        result = drain.evict(node, cordoned)
+        if result.to_record:
+            try:
+                marker.record_result(kube, drain.node_name, result.outcome)
+            except KubeError as exc:
+                log.warning("could not record drain result: %s", exc)
+        return result
+
+
+def _read_and_cordon(drain: Drain, kube: Kube, keep: Collection[str]) -> tuple[JSON, bool]:
+    for _ in range(NODE_CHANGED_RETRIES):
+        node = marker.get_node(kube, drain.node_name)
+        try:
+            return node, _cordon_for_drain(drain, kube, node, keep)
+        except marker.NodeChanged:
+            continue
+    node = marker.get_node(kube, drain.node_name)
+    return node, _cordon_for_drain(drain, kube, node, keep)
+
+
+def _cordon_for_drain(drain: Drain, kube: Kube, node: JSON, keep: Collection[str]) -> bool:
+    reason = drain.opts.reason
+    cordoned = marker.cordon(kube, node, reason, keep)
+    if cordoned:
+        drain.progress(f"cordoned node {drain.node_name} (reason {reason})")
+        if drain.events:
+            drain.events.node(node, "Cordoned", f"Cordoned by nodeagent ({reason})")
+    else:
+        drain.progress(f"node {drain.node_name} was already cordoned by someone else")
+    return cordoned
 
 
 class FenceExecutor:
@@ -77,9 +135,13 @@ class FenceExecutor:
         self.progress = progress
         self.pods = pods  # the daemon's one watch of the node's pods
 
-    def apply(self, decision: Decision, node: JSON, ctx: Context) -> DrainResult | None:
-        """Carry out `decision` on `node` (as last observed); the drain's result for DRAIN.
-        Every request ends by the context's deadline, and a cancel stops a drain promptly."""
+    def apply(
+        self, decision: Decision, node: JSON, ctx: Context, budget: Budget | None = None
+    ) -> DrainResult | None:
+        """Carry out `decision` on `node` (as last observed); the drain's result for DRAIN,
+        which runs inside `budget`. Every request ends by the context's deadline, and a
+        cancel stops a drain promptly. Raises marker.NodeChanged when a cordon finds the
+        Node changed since `node` was read: decide again on the Node as it is."""
         kube = self.kube if ctx.deadline == math.inf else self.kube.bounded(ctx.deadline)
         if decision.step is Step.CORDON:
             self._cordon(kube, decision, node)
@@ -88,7 +150,8 @@ class FenceExecutor:
             self._uncordon(kube, decision, node)
             return None
         if decision.step is Step.DRAIN:
-            return self._drain(decision, ctx)
+            assert budget is not None, "a drain runs in a budget"
+            return self._drain(decision, node, ctx, budget)
         if decision.condition is not None:
             self.report.set(decision.condition)
         return None
@@ -112,25 +175,23 @@ class FenceExecutor:
         if decision.condition is not None:
             self.report.set(decision.condition)
 
-    def _drain(self, decision: Decision, ctx: Context) -> DrainResult:
+    def _drain(self, decision: Decision, node: JSON, ctx: Context, budget: Budget) -> DrainResult:
         reason = decision.reason
         assert reason is not None
-        finish = 0.0 if reason is Reason.EVACUATE else FINISH_GRACE
-        options = drain_options(self.cfg, reason, max(0.0, ctx.remaining() - finish))
         drain = Drain(
             self.kube,
             self.cfg.node_name,
-            options,
+            drain_options(self.cfg, reason, budget, time.monotonic()),
             self.events,
             lambda m: self.progress(reason, m),
             pods=self.pods,
         )
         self.report.set(conditions.draining(reason))
-        result = drain.run(ctx)
-        self._record(reason, result, ctx)
+        result = cordon_then_drain(drain, node, decision.keep, ctx)
+        self._record(reason, result, budget)
         return result
 
-    def _record(self, reason: Reason, result: DrainResult, ctx: Context) -> None:
+    def _record(self, reason: Reason, result: DrainResult, budget: Budget) -> None:
         metrics.DRAINS.labels(reason, result.outcome).inc()
         metrics.DRAIN_SECONDS.observe(result.seconds)
         if result.outcome is DrainOutcome.CANCELLED:
@@ -138,7 +199,7 @@ class FenceExecutor:
         self.report.set(outcome_condition(reason, result))
         if reason is not Reason.EVACUATE:
             # Before logind or systemd go on and take the network.
-            self.report.flush(max(0.1, min(2.0, ctx.deadline - time.monotonic())))
+            self.report.flush(max(0.1, min(2.0, budget.finish_until - time.monotonic())))
 
 
 def outcome_condition(reason: str, result: DrainResult) -> conditions.Condition:

@@ -4,8 +4,8 @@ The lock makes logind announce a shutdown (PrepareForShutdown) and wait for the 
 up to InhibitDelayMaxSec. Each announcement starts a new generation: the departure worker
 drains only for the generation still current, and only that generation releases the
 lock when its drain is done; a cancel takes the lock again at once, for the next one.
-The drain's budget is fixed when the signal arrives: the drain deadline, cut to fit
-logind's delay with a margin for closing the lock.
+The drain's budget is fixed when the signal arrives (nodeagent/departure/budget.py): the
+drain deadline, cut to fit logind's delay with a margin for closing the lock.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from nodeagent.context import Context
+from nodeagent.departure import budget
+from nodeagent.departure.budget import Budget
 from nodeagent.fence.reason import Reason
 from nodeagent.host.kubeletshutdown import CHECK_INTERVAL, KubeletShutdownReport, kubelet_inhibitor
 from nodeagent.host.kubeletshutdown import message as message_for_kubelet
@@ -29,16 +31,9 @@ from nodeagent.report.readiness import Readiness
 log = logging.getLogger(__name__)
 
 
-# on_shutdown(reason, deadline, generation, after) and on_cancel(generation)
-OnShutdown = Callable[[Reason, float, int, Callable[[], None]], object]
+# on_shutdown(reason, budget, generation, after) and on_cancel(generation)
+OnShutdown = Callable[[Reason, Budget, int, Callable[[], None]], object]
 OnCancel = Callable[[int], object]
-
-
-def drain_budget(deadline: float, inhibit_delay: float | None) -> float:
-    """Seconds a drain at shutdown may take: the drain deadline, inside logind's delay."""
-    if inhibit_delay is None:
-        return deadline
-    return max(1.0, min(deadline, inhibit_delay - LOGIND_MARGIN))
 
 
 def logind_reason(kind: Reason) -> Reason:
@@ -102,11 +97,8 @@ class LogindLockHolder:
                 # Off the listener thread: the call waits for a reply that thread reads.
                 threading.Thread(target=self._retake, args=(inhibitor,), daemon=True).start()
             return
-        budget = drain_budget(self.drain_deadline, self._inhibit_delay)
-        deadline = time.monotonic() + budget
-        self.on_shutdown(
-            logind_reason(kind), deadline, generation, lambda: self._release(generation)
-        )
+        fixed = budget.logind(time.monotonic(), self.drain_deadline, self._inhibit_delay)
+        self.on_shutdown(logind_reason(kind), fixed, generation, lambda: self._release(generation))
 
     def _release(self, generation: int) -> None:
         """The drain for `generation` is done: let logind go on, unless a cancel (or a
@@ -146,7 +138,7 @@ class LogindLockHolder:
             return
         self._inhibit_delay = delay
         metrics.INHIBIT_DELAY.set(delay)
-        short = delay - LOGIND_MARGIN < self.drain_deadline
+        short = budget.inhibit_delay_short(self.drain_deadline, delay)
         metrics.INHIBIT_SHORT.set(1 if short else 0)
         message = None
         if short:

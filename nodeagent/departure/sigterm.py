@@ -14,16 +14,14 @@ import time
 from collections.abc import Callable
 
 from nodeagent.config import Config
+from nodeagent.departure import budget
 from nodeagent.departure.worker import Departure, Signal
 from nodeagent.fence.reason import Reason
-from nodeagent.host.logindconf import FINISH_GRACE
 from nodeagent.report import metrics
 from nodeagent.report.conditions import ConditionWriter, ReadyReason
 from nodeagent.report.readiness import Readiness
 
 log = logging.getLogger(__name__)
-
-ANNOUNCED_SLACK = 2.0  # beyond a logind drain's own deadline and finish grace
 
 
 class StopHandler:
@@ -64,15 +62,16 @@ class StopHandler:
             self.status("SIGTERM: package removal, no drain")
             self.readiness.removed()
             return
-        deadline = time.monotonic() + self.cfg.drain.deadline
-        signal = self.departure.shutdown(reason, deadline, "SIGTERM")
-        signal.wait(deadline + FINISH_GRACE + ANNOUNCED_SLACK)
+        fixed = budget.sigterm(time.monotonic(), self.cfg.drain.deadline)
+        signal = self.departure.shutdown(reason, fixed, "SIGTERM")
+        signal.wait(fixed.stop_until)
 
     def check_termination_grace(self) -> None:
         """At start in the pod form: a pod grace shorter than the drain deadline means the
         kubelet's graceful node shutdown, where on, would kill the agent mid-drain."""
         grace = self.cfg.shutdown.termination_grace
-        if self.cfg.form == "pod" and grace and grace < self.cfg.drain.deadline + FINISH_GRACE:
+        needed = budget.sigterm(0.0, self.cfg.drain.deadline).finish_until
+        if self.cfg.form == "pod" and grace and grace < needed:
             self._grace_too_short(
                 f"terminationGracePeriodSeconds {grace:.0f}s is shorter than the drain deadline "
                 f"{self.cfg.drain.deadline:.0f}s: the kubelet's graceful node shutdown, if on, "
@@ -81,7 +80,8 @@ class StopHandler:
 
     def _finish_announced(self, signal: Signal) -> None:
         """logind's drain is under way (or queued): exiting now would kill it midway."""
-        until = signal.deadline + FINISH_GRACE + ANNOUNCED_SLACK
+        assert signal.budget is not None, "a shutdown signal carries its budget"
+        until = signal.budget.stop_until
         if signal.done.is_set():
             return
         self.status("stopping; waiting for the logind-triggered drain")
@@ -103,9 +103,9 @@ class StopHandler:
             return
         self.announce(True, Reason.UNKNOWN)
         signal = self.departure.announced()
-        if signal is not None:
+        if signal is not None and signal.budget is not None:
             self.status("stopping inside a shutdown; draining first")
-            signal.wait(signal.deadline + FINISH_GRACE + ANNOUNCED_SLACK)
+            signal.wait(signal.budget.stop_until)
 
     def _report_grace(self, needed: float) -> None:
         """SIGTERM mid-drain in a pod: the kubelet's graceful node shutdown is stopping it

@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 
 from nodeagent.config import Config
 from nodeagent.context import Context
-from nodeagent.departure.executor import FenceExecutor
+from nodeagent.departure import budget as budgets
+from nodeagent.departure.budget import Budget
+from nodeagent.departure.executor import NODE_CHANGED_RETRIES, FenceExecutor
 from nodeagent.drain.engine import DrainResult
 from nodeagent.fence import marker
 from nodeagent.fence.decision import (
@@ -36,8 +38,7 @@ from nodeagent.fence.decision import (
     decide,
     evacuation_asked,
 )
-from nodeagent.fence.reason import EvacuatePolicy, Policy, Reason
-from nodeagent.host.logindconf import FINISH_GRACE
+from nodeagent.fence.reason import Policy, Reason
 from nodeagent.kube.client import JSON, Kube, KubeError
 from nodeagent.kube.watch import Reflector
 from nodeagent.report import conditions
@@ -50,6 +51,8 @@ RETRY_BLOCKED = 30.0  # seconds between drains of a node whose evacuation hit it
 CANCEL_BUDGET = 60.0  # undoing the fence after a cancel (nothing is going down then)
 IDLE_WAKE = 5.0  # the worker beats at least this often while idle
 
+Redecide = Callable[[JSON], Decision]  # the decision again, on the Node read anew
+
 
 @dataclass
 class Signal:
@@ -57,7 +60,7 @@ class Signal:
 
     occasion: Occasion
     reason: Reason | None = None  # SHUTDOWN
-    deadline: float = math.inf  # SHUTDOWN: fixed when the signal arrived
+    budget: Budget | None = None  # SHUTDOWN: the drain's time, fixed when the signal arrived
     source: str = ""  # SHUTDOWN: "logind" or "SIGTERM"
     generation: int | None = None  # logind's PrepareForShutdown count; None for SIGTERM
     started_at: str = ""  # SETTLED: the marker seen at start
@@ -113,13 +116,13 @@ class Departure:
     def shutdown(
         self,
         reason: Reason,
-        deadline: float,
+        budget: Budget,
         source: str,
         generation: int | None = None,
         after: Callable[[], None] | None = None,
     ) -> Signal:
-        """The node is going down (or the agent is stopped) for `reason`."""
-        signal = Signal(Occasion.SHUTDOWN, reason, deadline, source, generation, after=after)
+        """The node is going down (or the agent is stopped) for `reason`, in `budget`."""
+        signal = Signal(Occasion.SHUTDOWN, reason, budget, source, generation, after=after)
         with self._lock:
             if generation is not None:
                 self._generation = generation
@@ -225,18 +228,27 @@ class Departure:
                 return  # this shutdown is already handled
         policy = self.cfg.shutdown.policy(reason)
         self.status(f"{signal.source}: {reason}, policy {policy}")
-        decision = decide(self._observe(Occasion.SHUTDOWN, shutdown=reason, policy=policy))
-        signal.decision = decision
+        budget = signal.budget
+        assert budget is not None, "a shutdown signal carries its budget"
+
+        def redecide(node: JSON | None) -> Decision:
+            observed = self._observe(Occasion.SHUTDOWN, node=node, shutdown=reason, policy=policy)
+            signal.decision = decide(observed)
+            return signal.decision
+
+        decision = redecide(None)
         if decision.step is Step.NOTHING:
             return
-        budget = max(0.0, signal.deadline - time.monotonic())
-        self.send(f"EXTEND_TIMEOUT_USEC={int((budget + 10) * 1e6)}")
+        extend = max(0.0, budget.extend_until - time.monotonic())
+        self.send(f"EXTEND_TIMEOUT_USEC={int(extend * 1e6)}")
         try:
             result = self._apply(
                 decision,
-                ctx.with_deadline(signal.deadline + FINISH_GRACE),
+                ctx.with_deadline(budget.finish_until),
                 generation=signal.generation,
                 owner=reason,
+                budget=budget,
+                redecide=redecide,
             )
         except KubeError as exc:
             log.error("shutdown drain failed: %s", exc)
@@ -253,9 +265,12 @@ class Departure:
         try:
             with ctx.with_timeout(CANCEL_BUDGET) as bounded:
                 node = marker.get_node(self.kube.bounded(bounded.deadline), self.cfg.node_name)
-                decision = decide(self._observe(Occasion.CANCELLED, node=node))
-                signal.decision = decision
-                self.executor.apply(decision, node, bounded)
+
+                def redecide(node: JSON) -> Decision:
+                    signal.decision = decide(self._observe(Occasion.CANCELLED, node=node))
+                    return signal.decision
+
+                self._carry_out(redecide(node), node, bounded, redecide)
         except KubeError as exc:
             log.warning("could not undo the cordon after the cancel: %s", exc)
         self._node_changed(ctx)  # an evacuate taint, if any, applies again
@@ -276,13 +291,14 @@ class Departure:
         fence = marker.NodeFence.of(node)
         if not fence.cordoned_by_other or not self._evacuate_taint(node):
             self._drained_under_persons_cordon = False  # that person's cordon is gone
-        decision = decide(self._observe(Occasion.NODE, node=node))
-        if decision.step is Step.DRAIN:
-            # Our own writes (cordon, result) may not have reached the watch yet: decide
-            # on the Node as the API has it now before starting a drain.
-            node = marker.get_node(self.kube, self.cfg.node_name)
-            if decide(self._observe(Occasion.NODE, node=node)).step is not Step.DRAIN:
-                return
+
+        def redecide(node: JSON) -> Decision:
+            return decide(self._observe(Occasion.NODE, node=node))
+
+        # Decided on the Node as the watch shows it. Our own writes (cordon, result) may
+        # not have reached the watch yet: the cordon's resourceVersion precondition then
+        # fails, and the decision is made again on the Node as the API has it.
+        decision = redecide(node)
         if decision.step is not Step.NOTHING:
             log.info(
                 "evacuate: %s (taint %s, policy %s)",
@@ -290,7 +306,8 @@ class Departure:
                 self._evacuate_taint(node) or "-",
                 self.cfg.evacuate.policy,
             )
-        result = self._apply(decision, ctx.child(), node)
+        evacuation = budgets.evacuation(time.monotonic(), self.cfg.drain.deadline)
+        result = self._apply(decision, ctx.child(), node, budget=evacuation, redecide=redecide)
         if result is None:
             return
         if result.blocked:  # the deadline passed, or pods are held or stuck
@@ -306,6 +323,8 @@ class Departure:
         *,
         generation: int | None = None,
         owner: Reason | None = None,
+        budget: Budget | None = None,
+        redecide: Redecide | None = None,
     ) -> DrainResult | None:
         """Apply with `ctx` registered as the running one, so producers can cancel it.
 
@@ -322,10 +341,34 @@ class Departure:
         try:
             with ctx:
                 node = node or self._node or {"metadata": {"name": self.cfg.node_name}}
-                return self.executor.apply(decision, node, ctx)
+                return self._carry_out(decision, node, ctx, redecide, budget)
         finally:
             with self._lock:
                 self._running = None
+
+    def _carry_out(
+        self,
+        decision: Decision,
+        node: JSON,
+        ctx: Context,
+        redecide: Redecide | None,
+        budget: Budget | None = None,
+    ) -> DrainResult | None:
+        """The executor applies `decision`, made on `node`. When its cordon finds the Node
+        changed since (the write's resourceVersion precondition), read it and decide again."""
+        for _ in range(NODE_CHANGED_RETRIES):
+            try:
+                return self.executor.apply(decision, node, ctx, budget)
+            except marker.NodeChanged as exc:
+                if redecide is None:
+                    raise
+                log.info("%s; deciding again", exc)
+                node = marker.get_node(self._bounded(ctx), self.cfg.node_name)
+                decision = redecide(node)
+        return self.executor.apply(decision, node, ctx, budget)
+
+    def _bounded(self, ctx: Context) -> Kube:
+        return self.kube if ctx.deadline == math.inf else self.kube.bounded(ctx.deadline)
 
     def _progress(self, reason: Reason, message: str) -> None:
         """A drain's progress: alive for the watchdog and, at shutdown, for systemd."""
@@ -356,7 +399,7 @@ class Departure:
             fence=marker.NodeFence.of(node),
             boot_id=marker.boot_id(node),
             taint=self._evacuate_taint(node),
-            evacuate_policy=EvacuatePolicy(self.cfg.evacuate.policy),
+            evacuate_policy=self.cfg.evacuate.policy,
             shutdown=owner,
             shutdown_policy=policy,
             started_at=started_at,

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nodeagent import objects
 from nodeagent.drain import podfilter
 from nodeagent.kube.client import JSON, ApiError, Kube, api_time, pods_path
 
@@ -55,7 +56,7 @@ CLOCK_SLACK = 2.0
 
 
 def _condition(pod: JSON, ctype: str) -> JSON:
-    return podfilter.find_condition(pod, ctype) or {}
+    return objects.condition(pod, ctype) or {}
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 
+from nodeagent import objects
+from nodeagent.fence.reason import FinishedPods as FinishedPods
 from nodeagent.kube.client import JSON
+
+# The one reader of a condition by type is nodeagent/objects.py; named here for its callers.
+find_condition = objects.condition
 
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 MIRROR = "kubernetes.io/config.mirror"
@@ -29,13 +33,6 @@ CRITICAL_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"}
 CRITICAL_PRIORITY = 2_000_000_000
 
 Filter = Callable[[JSON], str | None]
-
-
-class FinishedPods(Enum):
-    """What a drain does with Succeeded and Failed pods."""
-
-    KEEP = "keep"  # leave them (default)
-    DELETE = "delete"  # evict them, as kubectl drain does
 
 
 def controller_of(pod: JSON) -> JSON | None:
@@ -56,14 +53,6 @@ def skip_mirror(pod: JSON) -> str | None:
 
 def is_finished(pod: JSON) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-
-
-def find_condition(pod: JSON, cond_type: str) -> JSON | None:
-    """A copy of the pod's condition of that type, or None."""
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == cond_type:
-            return dict(cond)
-    return None
 
 
 def kubelet_termination(pod: JSON) -> JSON | None:

@@ -28,6 +28,11 @@ class NodeNotFound(KubeError):
     pass
 
 
+class NodeChanged(KubeError):
+    """The Node changed since it was read (409 on the resourceVersion precondition): the
+    caller reads it again and decides again on what it says now."""
+
+
 class CordonedByOther(KubeError):
     """The node is cordoned but not by the agent: leave it to whoever did it."""
 
@@ -91,7 +96,8 @@ def cordon(kube: Kube, node: JSON, reason: str, keep: Collection[str] = ()) -> b
     Returns False (and writes nothing) when someone else already cordoned it: the
     drain still proceeds, but the cordon is theirs to undo. Likewise for the agent's
     own cordon when its reason is in `keep` and it was written in this boot. The patch
-    carries the observed resourceVersion, so a concurrent cordon is not overwritten.
+    carries the observed resourceVersion, so a concurrent cordon is not overwritten:
+    raises NodeChanged when the Node moved on since `node` was read.
     """
     fence = NodeFence.of(node)
     if fence.cordoned_by_other:
@@ -116,8 +122,7 @@ def cordon(kube: Kube, node: JSON, reason: str, keep: Collection[str] = ()) -> b
     except ApiError as exc:
         if exc.status != 409:
             raise
-        # The node changed since it was read: decide again from what it says now.
-        return cordon(kube, get_node(kube, node["metadata"]["name"]), reason, keep)
+        raise NodeChanged(f"node {node['metadata']['name']} changed since it was read") from None
     return True
 
 

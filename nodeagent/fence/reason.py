@@ -52,6 +52,13 @@ class EvacuatePolicy(StrEnum):
     IGNORE = "Ignore"
 
 
+class FinishedPods(StrEnum):
+    """What a drain does with Succeeded and Failed pods (nodeagent/drain/podfilter.py)."""
+
+    KEEP = "keep"  # leave them (default)
+    DELETE = "delete"  # evict them, as kubectl drain does
+
+
 GOING_DOWN = frozenset(
     {Reason.POWEROFF, Reason.REBOOT, Reason.HALT, Reason.KEXEC, Reason.SOFT_REBOOT}
 )

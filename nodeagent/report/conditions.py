@@ -24,6 +24,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from nodeagent.kube.client import JSON, Kube, api_stamp, node_path
+from nodeagent.objects import condition
+
+# The one reader of a condition by type is nodeagent/objects.py; named here for its callers.
+find = condition
 
 log = logging.getLogger(__name__)
 
@@ -124,13 +128,6 @@ def heartbeat_wait(last_write: float, now: float, interval: float) -> float:
     if not last_write:
         return 0.0
     return max(0.0, last_write + interval - now)
-
-
-def find(obj: JSON, cond_type: str) -> JSON | None:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == cond_type:
-            return dict(cond)
-    return None
 
 
 def patch_node_conditions(kube: Kube, node: JSON, conditions: list[Condition]) -> JSON:
