@@ -75,15 +75,22 @@ def cordon_then_drain(
 
     `node` is the Node the caller decided on: when it changed since (the cordon's
     resourceVersion precondition), marker.NodeChanged is raised, for the caller to read
-    it again and decide again. Without `node` it is read here, and read again on a change.
+    it again and decide again. Without `node` it is read here first (a missing node or a
+    forbidden read fails before anything starts), and read again on a change.
     """
+    decided = node is not None and "spec" in node
+    if node is None or not decided:  # not observed yet: nothing was decided on it
+        until = ctx.deadline if ctx is not None else math.inf
+        node = marker.get_node(
+            drain.kube.bounded(until) if until < math.inf else drain.kube, drain.node_name
+        )
     with drain.started(ctx) as kube:
         if drain.cancelled:
-            return drain.evict({"metadata": {"name": drain.node_name}}, cordoned=False)
-        if node is not None and "spec" in node:
+            return drain.evict(node, cordoned=False)
+        if decided:
             cordoned = _cordon_for_drain(drain, kube, node, keep)
-        else:  # not observed yet: nothing was decided on it
-            node, cordoned = _read_and_cordon(drain, kube, keep)
+        else:
+            node, cordoned = _cordon_read_again(drain, kube, node, keep)
         result = drain.evict(node, cordoned)
         if result.to_record:
             try:
@@ -93,14 +100,15 @@ def cordon_then_drain(
         return result
 
 
-def _read_and_cordon(drain: Drain, kube: Kube, keep: Collection[str]) -> tuple[JSON, bool]:
+def _cordon_read_again(
+    drain: Drain, kube: Kube, node: JSON, keep: Collection[str]
+) -> tuple[JSON, bool]:
+    """Cordon `node`, read again while it changes under the write (nothing to decide)."""
     for _ in range(NODE_CHANGED_RETRIES):
-        node = marker.get_node(kube, drain.node_name)
         try:
             return node, _cordon_for_drain(drain, kube, node, keep)
         except marker.NodeChanged:
-            continue
-    node = marker.get_node(kube, drain.node_name)
+            node = marker.get_node(kube, drain.node_name)
     return node, _cordon_for_drain(drain, kube, node, keep)
 
 
