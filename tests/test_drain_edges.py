@@ -28,6 +28,7 @@ from nodeagent.drain.engine import (
 from nodeagent.drain.eviction import BLOCKED_EVENT_AFTER
 from nodeagent.drain.podfilter import FinishedPods, controller_of
 from nodeagent.drain.summary import render
+from nodeagent.fence.marker import CORDONED_BY, NodeChanged
 from nodeagent.kube.client import JSON, Kube, api_stamp, node_path, pods_path
 from nodeagent.kube.watch import node_pods
 from nodeagent.report import conditions, metrics
@@ -476,3 +477,34 @@ def test_a_pod_bound_as_the_node_is_cordoned_is_evicted(cluster: Any, kube: Kube
     assert result.outcome is DrainOutcome.DRAINED, result
     assert sorted(p.name for p in result.evicted) == ["early", "late"]
     ku.wait_until(lambda: not ku.pods_on(kube, node), 10, "the node empty")
+
+
+def test_the_engine_never_writes_the_fence(cluster: Any, kube: Kube) -> None:
+    """The drain evicts from a node it is handed; the cordon and its marker are the
+    executor's (nodeagent/departure/executor.py), as kubectl cordons before it drains."""
+    group, node, spare = ku.node_pair(cluster, kube, "nofence")
+    ku.open_node(kube, spare)
+    ku.bare_pod(kube, group, "solo", node)
+    ku.wait_running(kube, node, 1)
+    result = Drain(kube, node, DrainOptions(deadline=30)).run()
+    assert result.outcome is DrainOutcome.DRAINED and not result.cordoned, result
+    after = ku.node(kube, node)
+    assert not after["spec"].get("unschedulable")
+    assert not any(k.startswith("nodeagent.io/") for k in after["metadata"].get("annotations", {}))
+
+
+def test_a_cordon_on_a_node_changed_since_it_was_read_writes_nothing(
+    cluster: Any, kube: Kube
+) -> None:
+    """The Node a decision was made on is the cordon's precondition: changed since, the
+    cordon says so (the worker reads it and decides again) and nothing is written; the
+    one-shot form, which decided nothing on it, reads it itself and drains."""
+    _group, node, _spare = ku.node_pair(cluster, kube, "stale")
+    seen = ku.node(kube, node)
+    kube.merge_patch(node_path(node), {"metadata": {"labels": {"moved": "on"}}})
+    with pytest.raises(NodeChanged):
+        cordon_then_drain(Drain(kube, node, DrainOptions(deadline=10)), seen)
+    assert not ku.node(kube, node)["spec"].get("unschedulable")
+    result = cordon_then_drain(Drain(kube, node, DrainOptions(deadline=10)))
+    assert result.outcome is DrainOutcome.DRAINED and result.cordoned, result
+    assert ku.node(kube, node)["metadata"]["annotations"][CORDONED_BY] == "nodeagent"
