@@ -67,11 +67,12 @@ def cordon_then_drain(
     node: JSON | None = None,
     keep: Collection[str] = (),
     ctx: Context | None = None,
+    cordoned: Callable[[], None] = lambda: None,
 ) -> DrainResult:
     """Cordon with the marker, then drain, in the drain's time: the cordon waits for the
     drain's pod watch to list (a drain that cannot list changes nothing), and the drain
     plans from the pods the watch shows once the cordon is answered. `keep`: the agent's
-    markers of this boot left as they are.
+    markers of this boot left as they are; `cordoned` is called once the cordon stands.
 
     `node` is the Node the caller decided on: when it changed since (the cordon's
     resourceVersion precondition), marker.NodeChanged is raised, for the caller to read
@@ -88,10 +89,11 @@ def cordon_then_drain(
         if drain.cancelled:
             return drain.evict(node, cordoned=False)
         if decided:
-            cordoned = _cordon_for_drain(drain, kube, node, keep)
+            wrote = _cordon_for_drain(drain, kube, node, keep)
         else:
-            node, cordoned = _cordon_read_again(drain, kube, node, keep)
-        result = drain.evict(node, cordoned)
+            node, wrote = _cordon_read_again(drain, kube, node, keep)
+        cordoned()
+        result = drain.evict(node, wrote)
         if result.to_record:
             try:
                 marker.record_result(kube, drain.node_name, result.outcome)
@@ -194,8 +196,11 @@ class FenceExecutor:
             lambda m: self.progress(reason, m),
             pods=self.pods,
         )
-        self.report.set(conditions.draining(reason))
-        result = cordon_then_drain(drain, node, decision.keep, ctx)
+        # Draining once the cordon stands: a cordon that finds the Node changed (the
+        # decision was made on a stale one) reports nothing it did not do.
+        result = cordon_then_drain(
+            drain, node, decision.keep, ctx, lambda: self.report.set(conditions.draining(reason))
+        )
         self._record(reason, result, budget)
         return result
 
