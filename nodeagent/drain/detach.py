@@ -1,0 +1,191 @@
+"""Storage-safe departure: after the drain, wait (bounded) until the drained pods' volumes
+are unmounted and detached from this node, so a replacement elsewhere can attach them.
+
+Read from the Node alone: ``status.volumesInUse`` (the kubelet: mounted) and
+``status.volumesAttached`` (the attach/detach controller: attached) come with the Node watch
+the agent already holds and need no permission beyond it; the kubelet identity can read
+them too. VolumeAttachments would need a cluster-wide list/watch.
+
+The Node names volumes (``kubernetes.io/csi/<driver>^<handle>``), not the claims that pods
+reference, and mapping one to the other needs the claims and volumes (more permissions).
+So the wait counts instead: the pods the drain keeps (DaemonSet, mirror, do-not-disrupt past
+its ceiling) hold at most ``kept`` distinct attachable volumes, which stay mounted while
+they run. The drained pods' volumes are gone once no more than ``kept`` volumes are attached
+or in use and every one of those is still mounted. With no kept attachable volume (the usual
+case) that is exact: nothing attached, nothing in use. A kept claim bound to a volume that is
+not attachable (NFS, hostPath) is counted but never listed, so the wait may end early by one
+such volume: the price of reading the Node alone.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from nodeagent.kube.client import JSON
+
+# Pod volume sources whose volume the attach/detach controller attaches to a node: claims
+# (and generic ephemeral volumes, which are claims) and the in-tree block devices.
+ATTACHABLE_SOURCES = (
+    "persistentVolumeClaim",
+    "ephemeral",
+    "awsElasticBlockStore",
+    "gcePersistentDisk",
+    "azureDisk",
+    "cinder",
+    "rbd",
+    "iscsi",
+    "fc",
+    "vsphereVolume",
+    "portworxVolume",
+)
+
+
+class NodeSource(Protocol):
+    """The agent's own Node as watched (nodeagent.kube.watch.Reflector is one)."""
+
+    def snapshot(self) -> list[JSON]: ...
+
+    def wait_for(self, predicate: Callable[[], bool], deadline: float) -> bool: ...
+
+
+def pod_volume_keys(pod: JSON) -> set[str]:
+    """One key per attachable volume the pod references (a claim: namespace/name)."""
+    meta = pod.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "")
+    keys: set[str] = set()
+    for vol in (pod.get("spec") or {}).get("volumes") or []:
+        source = next((s for s in ATTACHABLE_SOURCES if s in vol), None)
+        if source == "persistentVolumeClaim":
+            keys.add(f"claim:{namespace}/{vol[source].get('claimName', '')}")
+        elif source == "ephemeral":
+            # Kubernetes names a generic ephemeral volume's claim <pod>-<volume>.
+            keys.add(f"claim:{namespace}/{meta.get('name', '')}-{vol.get('name', '')}")
+        elif source is not None:
+            keys.add(f"{source}:{json.dumps(vol[source], sort_keys=True)}")
+    return keys
+
+
+def volume_keys(pods: Iterable[JSON]) -> set[str]:
+    keys: set[str] = set()
+    for pod in pods:
+        keys |= pod_volume_keys(pod)
+    return keys
+
+
+@dataclass(frozen=True)
+class DetachPlan:
+    """What the wait is for: the drained pods had `drained` attachable volumes, the pods
+    the drain keeps hold `kept` (counted by claim, so pods sharing one count it once)."""
+
+    drained: int
+    kept: int
+
+    @classmethod
+    def of(cls, drained_pods: Iterable[JSON], kept_pods: Iterable[JSON]) -> DetachPlan:
+        kept = volume_keys(kept_pods)
+        return cls(len(volume_keys(drained_pods) - kept), len(kept))
+
+    @property
+    def needed(self) -> bool:
+        return self.drained > 0
+
+
+@dataclass(frozen=True)
+class VolumeState:
+    """The Node's word on its volumes."""
+
+    attached: frozenset[str]
+    in_use: frozenset[str]
+
+    @classmethod
+    def of(cls, node: JSON | None) -> VolumeState:
+        status = (node or {}).get("status") or {}
+        attached = {str(v.get("name")) for v in status.get("volumesAttached") or []}
+        in_use = {str(v) for v in status.get("volumesInUse") or []}
+        return cls(frozenset(attached), frozenset(in_use))
+
+
+def still_attached(state: VolumeState, plan: DetachPlan) -> list[str]:
+    """The volumes the departure still waits for; empty when it may go on.
+
+    Every volume not mounted any more yet still attached is a drained pod's (kept pods keep
+    theirs mounted). Mounted volumes beyond the kept pods' count are drained pods' too,
+    though which ones the Node cannot say: all mounted ones are named then.
+    """
+    if not plan.needed:
+        return []
+    present = state.attached | state.in_use
+    unmounted = present - state.in_use
+    if len(present) <= plan.kept and not unmounted:
+        return []
+    if plan.kept == 0:
+        return sorted(present)
+    if unmounted and len(present - unmounted) <= plan.kept:
+        return sorted(unmounted)
+    return sorted(present)
+
+
+@dataclass(frozen=True)
+class DetachResult:
+    """How the wait went: `left` is empty unless it ran out of time."""
+
+    waited: float
+    volumes: tuple[str, ...] = ()  # the drained pods' volumes seen attached or in use
+    left: tuple[str, ...] = ()
+    skipped: bool = False  # nothing to wait for (no attachable volume drained)
+
+    @property
+    def detached(self) -> bool:
+        return not self.left
+
+    def summary(self) -> str:
+        if self.skipped:
+            return "no drained volume to wait for"
+        if self.left:
+            return (
+                f"{len(self.left)} volume(s) still attached after {self.waited:.1f}s: "
+                + ", ".join(self.left)
+            )
+        return f"{len(self.volumes)} volume(s) detached in {self.waited:.1f}s"
+
+
+@dataclass
+class _Seen:
+    volumes: set[str] = field(default_factory=set)
+    left: list[str] = field(default_factory=list)
+
+
+def wait_detached(
+    source: NodeSource,
+    plan: DetachPlan,
+    deadline: float,
+    on_progress: Callable[[Sequence[str]], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> DetachResult:
+    """Block until still_attached() is empty or `deadline` (monotonic) passes; never past.
+
+    `on_progress` hears each new "still attached" list (for status), on the watch thread's
+    wake-ups, so it must be quick.
+    """
+    start = clock()
+    if not plan.needed:
+        return DetachResult(0.0, skipped=True)
+    seen = _Seen()
+
+    def done() -> bool:
+        nodes = source.snapshot()
+        left = still_attached(VolumeState.of(nodes[0] if nodes else None), plan)
+        seen.volumes.update(left)
+        if left != seen.left:
+            seen.left = left
+            if on_progress is not None:
+                on_progress(left)
+        return not left
+
+    ok = source.wait_for(done, deadline)
+    left = () if ok else tuple(seen.left)
+    return DetachResult(clock() - start, tuple(sorted(seen.volumes)), left)

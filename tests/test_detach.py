@@ -1,0 +1,165 @@
+"""nodeagent.drain.detach: which volumes a departure still waits for, and the bounded wait."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from nodeagent.drain.detach import (
+    DetachPlan,
+    VolumeState,
+    pod_volume_keys,
+    still_attached,
+    wait_detached,
+)
+from nodeagent.kube.client import JSON
+
+A = "kubernetes.io/csi/mock^1"
+B = "kubernetes.io/csi/mock^2"
+C = "kubernetes.io/csi/mock^3"
+
+
+def node(attached: tuple[str, ...] = (), in_use: tuple[str, ...] = ()) -> JSON:
+    status: JSON = {
+        "volumesAttached": [{"name": v, "devicePath": ""} for v in attached],
+        "volumesInUse": list(in_use),
+    }
+    return {"metadata": {"name": "n"}, "status": status}
+
+
+def pod(name: str, *volumes: JSON, namespace: str = "default") -> JSON:
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": {"volumes": list(volumes)}}
+
+
+def claim(vol: str, claim_name: str) -> JSON:
+    return {"name": vol, "persistentVolumeClaim": {"claimName": claim_name}}
+
+
+@pytest.mark.parametrize(
+    ("drained", "kept", "attached", "in_use", "want"),
+    [
+        # Nothing drained that could be attached: no wait at all.
+        (0, 0, (A,), (A,), []),
+        (0, 2, (A, B), (A, B), []),
+        # Nothing kept: every volume attached or mounted is waited for.
+        (1, 0, (A,), (A,), [A]),
+        (1, 0, (A,), (), [A]),  # unmounted, not yet detached
+        (1, 0, (), (A,), [A]),  # mounted, not (yet) reported attached
+        (1, 0, (), (), []),
+        (2, 0, (A, B), (B,), [A, B]),
+        # Kept pods hold one volume, which stays mounted.
+        (1, 1, (A, B), (A, B), [A, B]),  # two mounted for one kept: cannot tell which
+        (1, 1, (A, B), (A,), [B]),  # B unmounted: the drained pod's, still attached
+        (1, 1, (A,), (A,), []),  # only the kept one is left
+        (1, 1, (), (), []),
+        (1, 2, (A, B, C), (A, B), [C]),
+        (1, 2, (A, B), (A, B), []),
+        # An unmounted volume is never a kept pod's, whatever the count.
+        (1, 2, (A,), (), [A]),
+    ],
+)
+def test_still_attached(
+    drained: int,
+    kept: int,
+    attached: tuple[str, ...],
+    in_use: tuple[str, ...],
+    want: list[str],
+) -> None:
+    state = VolumeState.of(node(attached, in_use))
+    assert still_attached(state, DetachPlan(drained, kept)) == want
+
+
+def test_volume_state_of_a_node_without_status() -> None:
+    assert VolumeState.of(None) == VolumeState(frozenset(), frozenset())
+    assert VolumeState.of({"metadata": {"name": "n"}}) == VolumeState(frozenset(), frozenset())
+
+
+@pytest.mark.parametrize(
+    ("volume", "want"),
+    [
+        (claim("data", "www-0"), {"claim:ns/www-0"}),
+        ({"name": "scratch", "ephemeral": {"volumeClaimTemplate": {}}}, {"claim:ns/p-scratch"}),
+        (
+            {"name": "disk", "gcePersistentDisk": {"pdName": "d"}},
+            {'gcePersistentDisk:{"pdName": "d"}'},
+        ),
+        ({"name": "tmp", "emptyDir": {}}, set()),
+        ({"name": "cfg", "configMap": {"name": "c"}}, set()),
+        ({"name": "inline", "csi": {"driver": "d"}}, set()),  # inline CSI is never attached
+    ],
+)
+def test_pod_volume_keys(volume: JSON, want: set[str]) -> None:
+    assert pod_volume_keys(pod("p", volume, namespace="ns")) == want
+
+
+def test_plan_counts_claims_once_and_leaves_kept_claims_out_of_drained() -> None:
+    drained = [pod("a", claim("d", "x")), pod("b", claim("d", "x"), claim("e", "shared"))]
+    kept = [pod("ds", claim("d", "shared")), pod("ds2", claim("d", "shared"))]
+    assert DetachPlan.of(drained, kept) == DetachPlan(drained=1, kept=1)
+    assert not DetachPlan.of([pod("a", {"name": "t", "emptyDir": {}})], []).needed
+
+
+class FakeNode:
+    """A Node source with the Reflector's wait semantics (its own tests cover the watch)."""
+
+    def __init__(self, obj: JSON) -> None:
+        self.obj = obj
+        self.changed = threading.Condition()
+
+    def set(self, obj: JSON) -> None:
+        with self.changed:
+            self.obj = obj
+            self.changed.notify_all()
+
+    def snapshot(self) -> list[JSON]:
+        with self.changed:
+            return [self.obj]
+
+    def wait_for(self, predicate: Callable[[], bool], deadline: float) -> bool:
+        with self.changed:
+            while not predicate():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return predicate()
+                self.changed.wait(remaining)
+            return True
+
+
+def test_wait_ends_when_the_volume_is_detached() -> None:
+    source = FakeNode(node((A,), (A,)))
+    heard: list[list[str]] = []
+    timers = [
+        threading.Timer(0.1, source.set, (node((A,), ()),)),
+        threading.Timer(0.2, source.set, (node((), ()),)),
+    ]
+    for t in timers:
+        t.start()
+    result = wait_detached(
+        source, DetachPlan(1, 0), time.monotonic() + 10, lambda v: heard.append(list(v))
+    )
+    assert result.detached and result.volumes == (A,) and not result.skipped
+    assert 0.15 < result.waited < 5
+    assert heard == [[A], []]
+    assert "1 volume(s) detached" in result.summary()
+
+
+def test_wait_ends_at_the_deadline_naming_what_is_left() -> None:
+    source = FakeNode(node((A, B), (B,)))
+    result = wait_detached(source, DetachPlan(2, 0), time.monotonic() + 0.3)
+    assert not result.detached
+    assert result.left == (A, B)
+    assert 0.25 < result.waited < 2
+    assert A in result.summary() and "still attached" in result.summary()
+
+
+def test_a_deadline_already_past_reads_once_and_does_not_wait() -> None:
+    result = wait_detached(FakeNode(node((A,))), DetachPlan(1, 0), time.monotonic() - 1)
+    assert result.left == (A,) and result.waited < 0.1
+
+
+def test_nothing_to_wait_for_is_skipped() -> None:
+    result = wait_detached(FakeNode(node((A,), (A,))), DetachPlan(0, 1), time.monotonic() + 10)
+    assert result.skipped and result.detached and result.waited == 0.0
