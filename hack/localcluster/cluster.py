@@ -48,11 +48,18 @@ ETCD, APISERVER, KCM, SCHEDULER, SIM = (
     "kubelet-sim",
 )
 COMPONENTS = (ETCD, APISERVER, KCM, SCHEDULER, SIM)
-STOP_PHASES = ((SIM, SCHEDULER, KCM), (APISERVER,), (ETCD,))
+# The CSI attach path, started on demand (start_attacher): the driver's controller side
+# (Kubernetes' mock CSI driver) and the external-attacher that calls it (hack/csi/build.sh).
+ATTACHER, CSI_CONTROLLER = "csi-attacher", "csi-mock"
+CSI_PROCS = (ATTACHER, CSI_CONTROLLER)
+STOP_PHASES = ((ATTACHER,), (CSI_CONTROLLER, SIM, SCHEDULER, KCM), (APISERVER,), (ETCD,))
 PORTS = ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler")
 CONTROLLERS = (
     "disruption-controller",
     "node-lifecycle-controller",
+    # Claims bind to (static) volumes; volumes attach and detach through VolumeAttachments.
+    "persistentvolume-binder-controller",
+    "persistentvolume-attach-detach-controller",
     "namespace-controller",
     "garbage-collector-controller",
     "deployment-controller",
@@ -68,6 +75,7 @@ CONTROLLERS = (
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 BUILD_TIMEOUT = 3600.0
 READY_TIMEOUT = {ETCD: 30.0, APISERVER: 90.0, KCM: 60.0, SCHEDULER: 60.0, SIM: 60.0}
+CSI_READY_TIMEOUT = 30.0
 
 
 class ClusterError(RuntimeError):
@@ -244,6 +252,63 @@ class Cluster:
         if APISERVER in self.procs and self.procs[APISERVER].alive():
             return
         self._launch(APISERVER)
+
+    def start_attacher(self, csi_dir: Path, driver: str) -> None:
+        """Start the CSI controller side of `driver` and the external-attacher beside the
+        control plane; `csi_dir` holds csi-mock and csi-attacher (hack/csi/build.sh).
+
+        The attacher runs as admin: a test harness, not a deployment. A second call with
+        both running does nothing; after stop_attacher() it starts them again (the mock's
+        volumes live in its memory and start afresh).
+        """
+        if all(n in self.procs and self.procs[n].alive() for n in CSI_PROCS):
+            return
+        self.stop_attacher()
+        sock = self.csi_socket
+        sock.unlink(missing_ok=True)
+        mock = [str(csi_dir / "csi-mock"), f"-driver-name={driver}", f"-endpoint={sock}"]
+        self._spawn_extra(CSI_CONTROLLER, mock)
+        self._wait_extra(CSI_CONTROLLER, sock.exists)
+        attacher = [
+            str(csi_dir / "csi-attacher"),
+            f"--csi-address=unix://{sock}",
+            f"--kubeconfig={self.kubeconfig}",
+            "--leader-election=false",
+            "--timeout=15s",
+            "--retry-interval-max=5s",
+            "--v=4",
+        ]
+        self._spawn_extra(ATTACHER, attacher)
+
+    def stop_attacher(self) -> None:
+        """Stop the external-attacher and the CSI controller (fault injection: a volume
+        that cannot detach any more)."""
+        for name in CSI_PROCS:
+            ref = self.procs.pop(name, None)
+            child = self._children.pop(name, None)
+            if ref is not None:
+                terminate([ref], [child] if child else [])
+        self._save()
+
+    @property
+    def csi_socket(self) -> Path:
+        return self.workdir / "csi" / "controller.sock"
+
+    def _spawn_extra(self, name: str, args: list[str]) -> None:
+        child, ref = spawn(args, self.log_path(name), cwd=REPO)
+        self._children[name] = child
+        self.procs[name] = ref
+        self._save()
+
+    def _wait_extra(self, name: str, check: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + CSI_READY_TIMEOUT
+        while not check():
+            child = self._children[name]
+            if child.poll() is not None:
+                self._fail(name, f"exited with code {child.returncode}")
+            if time.monotonic() > deadline:
+                self._fail(name, f"not ready after {CSI_READY_TIMEOUT:.0f}s")
+            time.sleep(0.05)
 
     def export_kubeconfig(self, path: Path) -> Path:
         """Copy the admin kubeconfig to `path`."""
@@ -545,7 +610,8 @@ def stray_processes(workdir: Path) -> list[ProcRef]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if marker in cmdline and any(c.encode() in cmdline for c in (*COMPONENTS, "kubelet_sim")):
+        names = (*COMPONENTS, *CSI_PROCS, "kubelet_sim")
+        if marker in cmdline and any(c.encode() in cmdline for c in names):
             ref = proc_ref(int(entry.name))
             if ref is not None:
                 found.append(ref)
