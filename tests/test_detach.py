@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from nodeagent.drain.detach import (
+    NODE_UNREAD,
     DetachPlan,
     VolumeState,
     pod_volume_keys,
@@ -163,3 +164,33 @@ def test_a_deadline_already_past_reads_once_and_does_not_wait() -> None:
 def test_nothing_to_wait_for_is_skipped() -> None:
     result = wait_detached(FakeNode(node((A,), (A,))), DetachPlan(0, 1), time.monotonic() + 10)
     assert result.skipped and result.detached and result.waited == 0.0
+
+
+class NoNode(FakeNode):
+    def snapshot(self) -> list[JSON]:
+        return []
+
+
+def test_a_node_never_read_is_not_taken_for_detached() -> None:
+    result = wait_detached(NoNode(node()), DetachPlan(1, 0), time.monotonic() + 0.2)
+    assert not result.detached and result.left == (NODE_UNREAD,)
+
+
+def with_uid(p: JSON, uid: str, phase: str = "Running") -> JSON:
+    p["metadata"]["uid"] = uid
+    p["status"] = {"phase": phase}
+    return p
+
+
+def test_plan_after_drain_keeps_what_still_runs_and_not_drained_leftovers() -> None:
+    db = with_uid(pod("db-0", claim("d", "data")), "u1")
+    ds = with_uid(pod("agent-x", claim("d", "ds-data")), "u2")
+    web = with_uid(pod("web", {"name": "t", "emptyDir": {}}), "u3")
+    before = [db, ds, web]
+    # db-0's object stays, finished, after its eviction; the DaemonSet pod runs on.
+    after = [with_uid(pod("db-0", claim("d", "data")), "u1", "Succeeded"), ds]
+    assert DetachPlan.after_drain(before, after, {"u1", "u3"}) == DetachPlan(1, 1)
+    # A pod the drain left running (stuck, past the ceiling) keeps its claim.
+    stuck = with_uid(pod("slow", claim("d", "slow")), "u4")
+    assert DetachPlan.after_drain([*before, stuck], [ds, stuck], {"u1"}) == DetachPlan(1, 2)
+    assert not DetachPlan.after_drain(before, after, {"u3"}).needed

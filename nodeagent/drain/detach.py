@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from nodeagent.kube.client import JSON
+from nodeagent.kube.client import JSON, Kube
+from nodeagent.kube.watch import Reflector
 
 # Pod volume sources whose volume the attach/detach controller attaches to a node: claims
 # (and generic ephemeral volumes, which are claims) and the in-tree block devices.
@@ -42,6 +43,8 @@ ATTACHABLE_SOURCES = (
     "vsphereVolume",
     "portworxVolume",
 )
+# A finished pod's volumes are unmounted by the kubelet whether or not its object stays.
+FINISHED = ("Succeeded", "Failed")
 
 
 class NodeSource(Protocol):
@@ -88,6 +91,23 @@ class DetachPlan:
     def of(cls, drained_pods: Iterable[JSON], kept_pods: Iterable[JSON]) -> DetachPlan:
         kept = volume_keys(kept_pods)
         return cls(len(volume_keys(drained_pods) - kept), len(kept))
+
+    @classmethod
+    def after_drain(
+        cls, before: Iterable[JSON], after: Iterable[JSON], drained_uids: set[str]
+    ) -> DetachPlan:
+        """From the node's pods before the drain, those on it after, and the UIDs of the
+        pods the drain evicted or deleted: whatever else still runs on the node keeps its
+        volumes (skipped, do-not-disrupt past its ceiling, stuck). A drained pod's object
+        may stay a while, finished: it keeps nothing mounted."""
+        drained = [p for p in before if p["metadata"].get("uid") in drained_uids]
+        kept = [
+            p
+            for p in after
+            if p["metadata"].get("uid") not in drained_uids
+            and (p.get("status") or {}).get("phase") not in FINISHED
+        ]
+        return cls.of(drained, kept)
 
     @property
     def needed(self) -> bool:
@@ -150,13 +170,24 @@ class DetachResult:
                 f"{len(self.left)} volume(s) still attached after {self.waited:.1f}s: "
                 + ", ".join(self.left)
             )
-        return f"{len(self.volumes)} volume(s) detached in {self.waited:.1f}s"
+        return f"{len(self.volumes)} volume(s) detached in {self.waited:.1f}s" + (
+            ": " + ", ".join(self.volumes) if self.volumes else ""
+        )
+
+    @property
+    def result(self) -> str:
+        """The metric's label."""
+        return "skipped" if self.skipped else "detached" if self.detached else "timed-out"
+
+
+# Named as what is left when the Node was never read during the wait.
+NODE_UNREAD = "(the Node could not be read)"
 
 
 @dataclass
 class _Seen:
     volumes: set[str] = field(default_factory=set)
-    left: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=lambda: [NODE_UNREAD])
 
 
 def wait_detached(
@@ -178,7 +209,9 @@ def wait_detached(
 
     def done() -> bool:
         nodes = source.snapshot()
-        left = still_attached(VolumeState.of(nodes[0] if nodes else None), plan)
+        if not nodes:
+            return False  # not listed yet: nothing is known
+        left = still_attached(VolumeState.of(nodes[0]), plan)
         seen.volumes.update(left)
         if left != seen.left:
             seen.left = left
@@ -189,3 +222,35 @@ def wait_detached(
     ok = source.wait_for(done, deadline)
     left = () if ok else tuple(seen.left)
     return DetachResult(clock() - start, tuple(sorted(seen.volumes)), left)
+
+
+def node_watch(kube: Kube, node_name: str) -> Reflector:
+    """A watch of the agent's own Node (the permission every form of the agent has)."""
+    return Reflector(
+        kube, "/api/v1/nodes", resource="nodes", field_selector=f"metadata.name={node_name}"
+    )
+
+
+def node_pods(kube: Kube, node_name: str) -> list[JSON]:
+    query = {"fieldSelector": f"spec.nodeName={node_name}"}
+    return list(kube.request("GET", "/api/v1/pods", query=query)["items"])
+
+
+def wait_after_drain(
+    kube: Kube,
+    node_name: str,
+    before: list[JSON],
+    drained_uids: set[str],
+    deadline: float,
+    on_progress: Callable[[Sequence[str]], None] | None = None,
+) -> DetachResult:
+    """The wait a departure makes between its drain and its release, on `kube` bounded by
+    the caller. Nothing drained with an attachable volume: no request, no wait."""
+    if not DetachPlan.of(
+        [p for p in before if p["metadata"].get("uid") in drained_uids], []
+    ).needed:
+        return DetachResult(0.0, skipped=True)
+    plan = DetachPlan.after_drain(before, node_pods(kube, node_name), drained_uids)
+    watch = node_watch(kube, node_name)
+    with watch.hold():
+        return wait_detached(watch, plan, deadline, on_progress)

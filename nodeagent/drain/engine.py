@@ -29,6 +29,7 @@ from enum import Enum, IntEnum, StrEnum
 
 from nodeagent.context import Context
 from nodeagent.drain import podfilter
+from nodeagent.drain.detach import DetachResult
 from nodeagent.drain.eviction import Eviction, Evictor, outcome_of, wait_watch
 from nodeagent.drain.eviction import PodOutcome as PodOutcome
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, api_time, pods_path
@@ -94,6 +95,8 @@ class DrainResult:
     blocked: list[PodOutcome] = field(default_factory=list)  # every pod left, and why
     forced: list[PodOutcome] = field(default_factory=list)
     warnings: list[PodOutcome] = field(default_factory=list)
+    # The wait, after the drain, for the drained pods' volumes to detach (drain/detach.py).
+    detach: DetachResult | None = None
 
     @property
     def exit_code(self) -> ExitCode:

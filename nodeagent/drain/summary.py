@@ -27,6 +27,8 @@ def render(result: DrainResult) -> str:
         ]
     if result.skipped:
         lines.append(f"  skipped: {_by_reason(result.skipped)}")
+    if result.detach is not None and not result.detach.skipped:
+        lines.append(f"  volumes: {result.detach.summary()}")
     lines += _lines("warning", result.warnings)
     lines += _lines("blocked", result.blocked)
     lines += _lines("forced", result.forced)

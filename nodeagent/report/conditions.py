@@ -6,9 +6,12 @@ Two condition types belong to the agent:
   `lastTransitionTime` only when the status changes. The reason says what is worth
   knowing about the agent (`AgentRunning`, `InhibitDelayTooShort`,
   `KubeletGracefulShutdown`).
-- `NodeAgentDrained`: the last departure. `True/Drained` after a completed drain;
-  `False` with `Draining`, `Blocked` (naming the PDBs and pods), `NotDraining`, or
-  `UncleanShutdown` (a boot ended without a drain).
+- `NodeAgentDrained`: the last departure. `True/Drained` after a completed drain
+  (with the wait for its volumes to detach, nodeagent/drain/detach.py), or
+  `True/VolumesAttached` when that wait ran out (naming the volumes);
+  `False` with `Draining`, `WaitingForDetach` (naming the volumes still attached),
+  `Blocked` (naming the PDBs and pods), `NotDraining`, or `UncleanShutdown` (a boot
+  ended without a drain).
 
 Writes go through one background thread, latest-wins per type, so reporting never
 holds up a drain when the API server is slow, and the order of writes is kept.
@@ -98,8 +101,31 @@ def draining(reason: str) -> Condition:
     return Condition(DRAINED, "False", "Draining", f"Draining for {reason}")
 
 
-def drained(reason: str, seconds: float) -> Condition:
-    return Condition(DRAINED, "True", "Drained", f"Drained for {reason} in {seconds:.1f}s")
+VOLUMES_ATTACHED = "VolumesAttached"
+WAITING_FOR_DETACH = "WaitingForDetach"
+
+
+def drained(reason: str, seconds: float, detach: str = "") -> Condition:
+    """`detach`: how the wait for the drained volumes went, when there was one."""
+    note = f"; {detach}" if detach else ""
+    return Condition(DRAINED, "True", "Drained", f"Drained for {reason} in {seconds:.1f}s{note}")
+
+
+def drained_volumes_attached(reason: str, seconds: float, detach: str) -> Condition:
+    """Drained, but the wait for its volumes to detach ran out: released anyway."""
+    return Condition(
+        DRAINED, "True", VOLUMES_ATTACHED, f"Drained for {reason} in {seconds:.1f}s; {detach}"
+    )
+
+
+def waiting_for_detach(reason: str, volumes: list[str]) -> Condition:
+    return Condition(
+        DRAINED,
+        "False",
+        WAITING_FOR_DETACH,
+        f"Drained for {reason}; waiting for {len(volumes)} volume(s) to detach: "
+        + ", ".join(volumes),
+    )
 
 
 def blocked(reason: str, pdbs: list[str], pods: list[str]) -> Condition:

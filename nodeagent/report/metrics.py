@@ -125,6 +125,16 @@ DRAIN_SECONDS = Metric(
     "Drain wall time",
     buckets=(1, 2, 5, 10, 20, 30, 60, 90, 120, 300),
 )
+# After a drain, the wait for its volumes to detach; result: detached, timed-out, skipped.
+DETACH_WAITS = Metric(
+    Kind.COUNTER, "nodeagent_detach_waits", "Waits for drained volumes to detach", ("result",)
+)
+DETACH_SECONDS = Metric(
+    Kind.HISTOGRAM,
+    "nodeagent_detach_wait_seconds",
+    "Time from the end of a drain until its volumes were detached (or the wait ran out)",
+    buckets=(1, 2, 5, 10, 20, 30, 60, 120),
+)
 # result: accepted (the API server took the eviction), blocked (a pod's first refusal in
 # a drain), forced (deleted after the deadline), granted (an earlier grant finished).
 EVICTIONS = Metric(Kind.COUNTER, "nodeagent_evictions", "Eviction outcomes", ("result",))

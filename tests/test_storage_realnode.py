@@ -1,0 +1,313 @@
+"""Storage-safe departure on real nodes, through a real attach/detach path.
+
+The control plane runs the persistent-volume binder and the attach/detach controller, and
+beside it the CSI external-attacher with the controller side of Kubernetes' own mock CSI
+driver (CSIDriver.spec.attachRequired: true); every real node runs the mock as its node
+plugin (hack/csi, hack/realnode/csi.py). A StatefulSet of one replica holds a ReadWriteOnce
+claim on a static volume; node A runs it, node B is the spare.
+
+The times printed are benchmark figures, not assertions: the order of what happened is.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hack.realnode import NodeOptions, RealNode
+from hack.realnode import csi as realcsi
+from nodeagent.kube.client import JSON, Kube, node_path, pods_path
+from nodeagent.report import conditions
+from tests import kubeutil as ku
+from tests.nspawn import realtime
+from tests.test_realnode import (
+    NO_TOKEN,
+    POLITE,
+    Env,
+    agent_config,
+    agent_line,
+    agent_ready,
+    container,
+    install_agent,
+)
+from tests.test_realnode import env as realnode_env
+
+# The real nodes' fixture (a group, a spare, a namespace), known to pytest as `env`.
+ENV_FIXTURE = realnode_env
+
+pytestmark = pytest.mark.timeout(900)
+
+DRIVER = "csi-mock.nodeagent.test"
+VA_PATH = "/apis/storage.k8s.io/v1/volumeattachments"
+EVACUATE_TAINT = {"key": "nodeagent.io/evacuate", "effect": "NoSchedule"}
+# Shutdown beyond the drain and the detach wait: reporting, stopping the kubelet.
+MARGIN = 30.0
+
+
+@pytest.fixture(scope="module")
+def attach_path(cluster: Any, kube: Kube) -> Iterator[Path]:
+    """The attacher and the mock driver's controller side, and the CSIDriver object."""
+    csi_dir = realcsi.build()
+    cluster.start_attacher(csi_dir, DRIVER)
+    driver = {
+        "metadata": {"name": DRIVER},
+        "spec": {
+            "attachRequired": True,
+            "podInfoOnMount": False,
+            "volumeLifecycleModes": ["Persistent"],
+        },
+    }
+    if not ku.exists(kube, f"/apis/storage.k8s.io/v1/csidrivers/{DRIVER}"):
+        kube.post("/apis/storage.k8s.io/v1/csidrivers", driver)
+    try:
+        yield csi_dir
+    finally:
+        cluster.stop_attacher()
+
+
+def storage_node(env: Env, csi_dir: Path, suffix: str, agent: bool) -> RealNode:
+    """A Ready real node of the group with the CSI node plugin (and the agent)."""
+    name = f"{env.group}-{suffix}"
+    opts = NodeOptions(labels={ku.GROUP_LABEL: env.group})
+    node = RealNode.create(env.cluster, name, env.tmp / name, opts, realcsi.binds(csi_dir))
+    env.nodes.append(node)
+    realcsi.install_plugin(node.root, DRIVER)
+    if agent:
+        install_agent(node, Path(env.cluster.kubeconfig), agent_config(name))
+    print(f"{name}: boot to Ready {node.boot():.1f}s")
+    ku.wait_until(lambda: plugin_registered(env.kube, name), 60, f"{DRIVER} on {name}")
+    return node
+
+
+def plugin_registered(kube: Kube, node: str) -> bool:
+    try:
+        obj = kube.get(f"/apis/storage.k8s.io/v1/csinodes/{node}")
+    except Exception:  # not there yet
+        return False
+    return any(d["name"] == DRIVER for d in obj["spec"].get("drivers") or [])
+
+
+def cordon(kube: Kube, node: str, on: bool) -> None:
+    kube.merge_patch(node_path(node), {"spec": {"unschedulable": on}})
+
+
+def stateful_app(env: Env, handle: str) -> str:
+    """A static volume with a bound claim, and a StatefulSet of one replica using it."""
+    pv = f"{env.group}-{handle}"
+    env.kube.post(
+        "/api/v1/persistentvolumes",
+        {
+            "metadata": {"name": pv},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "",
+                "claimRef": {"namespace": env.ns, "name": "data"},
+                "csi": {"driver": DRIVER, "volumeHandle": handle},
+            },
+        },
+    )
+    env.kube.post(
+        f"/api/v1/namespaces/{env.ns}/persistentvolumeclaims",
+        {
+            "metadata": {"name": "data", "namespace": env.ns},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "",
+                "volumeName": pv,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    )
+    labels = {"app": "db"}
+    app = container(f"date >> /data/log; {POLITE}")
+    app["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+    spec = ku.pod_spec(
+        env.group,
+        containers=[app],
+        volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+        terminationGracePeriodSeconds=5,
+        **NO_TOKEN,
+    )
+    env.kube.post(
+        f"/apis/apps/v1/namespaces/{env.ns}/statefulsets",
+        {
+            "metadata": {"name": "db", "namespace": env.ns},
+            "spec": {
+                "replicas": 1,
+                "serviceName": "db",
+                "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels}, "spec": spec},
+            },
+        },
+    )
+    return f"kubernetes.io/csi/{DRIVER}^{handle}"
+
+
+def running_on(kube: Kube, ns: str, node: str) -> JSON | None:
+    pods = kube.request("GET", pods_path(ns), query={"labelSelector": "app=db"})["items"]
+    for pod in pods:
+        gone = pod["metadata"].get("deletionTimestamp")
+        if pod["spec"].get("nodeName") == node and ku.ready(pod) and not gone:
+            return dict(pod)
+    return None
+
+
+def attachments(kube: Kube, node: str) -> list[JSON]:
+    items = kube.get(VA_PATH)["items"]
+    return [va for va in items if va["spec"]["nodeName"] == node]
+
+
+def attached(kube: Kube, node: str) -> bool:
+    return any((va.get("status") or {}).get("attached") for va in attachments(kube, node))
+
+
+def multi_attach_events(kube: Kube, ns: str) -> list[str]:
+    events = kube.get(f"/api/v1/namespaces/{ns}/events")["items"]
+    return [e["message"] for e in events if "Multi-Attach" in (e.get("message") or "")]
+
+
+@dataclass
+class Timeline:
+    """When, in wall-clock seconds, what the API shows happened (sampled every 50 ms)."""
+
+    kube: Kube
+    ns: str
+    a: str
+    b: str
+    va_gone: float | None = None
+    b_running: float | None = None
+    drained: float | None = None  # NodeAgentDrained turned True on A
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> Timeline:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            now = time.time()
+            try:
+                if self.va_gone is None and not attachments(self.kube, self.a):
+                    self.va_gone = now
+                if self.b_running is None and running_on(self.kube, self.ns, self.b):
+                    self.b_running = now
+                cond = conditions.find(ku.node(self.kube, self.a), conditions.DRAINED) or {}
+                if self.drained is None and cond.get("status") == "True":
+                    self.drained = now
+            except Exception:  # a missed sample is taken again
+                pass
+            time.sleep(0.05)
+
+
+def start_app_on_a(env: Env, a: RealNode, b: RealNode, handle: str) -> str:
+    cordon(env.kube, b.name, True)
+    volume = stateful_app(env, handle)
+    ku.wait_until(lambda: running_on(env.kube, env.ns, a.name), 120, "db-0 Running on A")
+    ku.wait_until(lambda: attached(env.kube, a.name), 30, "the volume attached to A")
+    node = ku.node(env.kube, a.name)
+    assert volume in (node["status"].get("volumesInUse") or [])
+    cordon(env.kube, b.name, False)
+    return volume
+
+
+def drained_condition(kube: Kube, node: str) -> JSON:
+    cond = conditions.find(ku.node(kube, node), conditions.DRAINED)
+    assert cond is not None
+    return cond
+
+
+def test_poweroff_releases_the_lock_only_after_the_volume_is_detached(
+    env: Env, attach_path: Path
+) -> None:
+    a = storage_node(env, attach_path, "a", agent=True)
+    b = storage_node(env, attach_path, "b", agent=False)
+    volume = start_app_on_a(env, a, b, "1")
+    agent_ready(a)
+
+    with Timeline(env.kube, env.ns, a.name, b.name) as timeline:
+        start = time.time()
+        assert a.run("poweroff").returncode == 0
+        assert a.wait_exit(120) == 0
+        ku.wait_until(lambda: running_on(env.kube, env.ns, b.name), 60, "db-0 Running on B")
+
+    released = realtime(agent_line(a, "released the logind delay lock"))
+    waited = agent_line(a, "detach wait")["MESSAGE"]
+    assert timeline.va_gone is not None and timeline.b_running is not None
+    print(
+        f"poweroff to A's attachment gone {timeline.va_gone - start:.1f}s, lock released "
+        f"{released - start:.1f}s, db-0 Running on B {timeline.b_running - start:.1f}s "
+        f"({timeline.b_running - released:+.1f}s after the release); agent: {waited}"
+    )
+    assert timeline.va_gone <= released
+    assert "detached" in waited and volume in waited
+    assert multi_attach_events(env.kube, env.ns) == []
+    cond = drained_condition(env.kube, a.name)
+    assert cond["status"] == "True" and "detached" in cond["message"], cond
+
+
+def test_evacuate_reports_drained_only_after_the_volume_is_detached(
+    env: Env, attach_path: Path
+) -> None:
+    a = storage_node(env, attach_path, "a", agent=True)
+    b = storage_node(env, attach_path, "b", agent=False)
+    volume = start_app_on_a(env, a, b, "2")
+    agent_ready(a)
+
+    with Timeline(env.kube, env.ns, a.name, b.name) as timeline:
+        start = time.time()
+        taints = ku.node(env.kube, a.name)["spec"].get("taints") or []
+        env.kube.merge_patch(node_path(a.name), {"spec": {"taints": [*taints, EVACUATE_TAINT]}})
+        ku.wait_until(lambda: timeline.drained, 90, "NodeAgentDrained True on A")
+        ku.wait_until(lambda: running_on(env.kube, env.ns, b.name), 60, "db-0 Running on B")
+
+    assert timeline.va_gone is not None and timeline.drained is not None
+    assert timeline.b_running is not None
+    print(
+        f"taint to A's attachment gone {timeline.va_gone - start:.1f}s, reported drained "
+        f"{timeline.drained - start:.1f}s, db-0 Running on B {timeline.b_running - start:.1f}s"
+    )
+    assert timeline.va_gone <= timeline.drained
+    cond = drained_condition(env.kube, a.name)
+    assert "detached" in cond["message"] and volume in agent_line(a, "detach wait")["MESSAGE"]
+    assert multi_attach_events(env.kube, env.ns) == []
+
+
+def test_a_volume_that_cannot_detach_holds_the_departure_only_until_the_deadline(
+    env: Env, attach_path: Path, cluster: Any
+) -> None:
+    a = storage_node(env, attach_path, "a", agent=True)
+    b = storage_node(env, attach_path, "b", agent=False)
+    volume = start_app_on_a(env, a, b, "3")
+    agent_ready(a)
+    cluster.stop_attacher()  # nothing can detach the volume from A any more
+    try:
+        start = time.time()
+        assert a.run("poweroff").returncode == 0
+        assert a.wait_exit(120) == 0
+        took = time.time() - start
+        released = realtime(agent_line(a, "released the logind delay lock"))
+        waited = agent_line(a, "detach wait")["MESSAGE"]
+        print(f"poweroff took {took:.1f}s, lock released {released - start:.1f}s; {waited}")
+        assert "still attached" in waited and volume in waited
+        cond = drained_condition(env.kube, a.name)
+        assert cond["reason"] == conditions.VOLUMES_ATTACHED and volume in cond["message"], cond
+        assert attachments(env.kube, a.name)  # it really is still attached
+        events = [e for e in ku.node_events(env.kube, a.name) if e["reason"] == "VolumesAttached"]
+        assert events and volume in events[-1]["message"]
+    finally:
+        cluster.start_attacher(attach_path, DRIVER)
