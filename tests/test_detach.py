@@ -12,6 +12,7 @@ from nodeagent.drain.detach import (
     NODE_UNREAD,
     DetachPlan,
     VolumeState,
+    attachment_name,
     pod_volume_keys,
     still_attached,
     wait_detached,
@@ -194,3 +195,48 @@ def test_plan_after_drain_keeps_what_still_runs_and_not_drained_leftovers() -> N
     stuck = with_uid(pod("slow", claim("d", "slow")), "u4")
     assert DetachPlan.after_drain([*before, stuck], [ds, stuck], {"u1"}) == DetachPlan(1, 2)
     assert not DetachPlan.after_drain(before, after, {"u3"}).needed
+
+
+def test_attachment_name_is_kubernetes_own() -> None:
+    # Seen on a real cluster: handle 1 of csi-mock.nodeagent.test on node real-cd750e-a.
+    name = attachment_name("kubernetes.io/csi/csi-mock.nodeagent.test^1", "real-cd750e-a")
+    assert name == "csi-a9b73ca7479a19510b1491fe4f8b3e40286fd06f9608dea2317604b55f7dbfc6"
+    assert attachment_name("kubernetes.io/rbd/pool-image", "n") is None
+
+
+def test_off_the_node_is_not_detached_until_confirmed() -> None:
+    # The attach/detach controller drops the volume from volumesAttached as the detach
+    # starts; the attachment goes only when it is done.
+    source = FakeNode(node((), ()))
+    looks: list[str] = []
+    answers = iter([False, False, True])
+
+    def confirm(volume: str) -> bool | None:
+        looks.append(volume)
+        return next(answers)
+
+    result = wait_detached(
+        source, DetachPlan(1, 0), time.monotonic() + 10, confirm=confirm, initial=[A]
+    )
+    assert result.detached and looks == [A, A, A] and result.volumes == (A,)
+
+
+def test_unconfirmed_detach_ends_at_the_deadline_naming_it() -> None:
+    source = FakeNode(node((), ()))
+    result = wait_detached(
+        source, DetachPlan(1, 0), time.monotonic() + 0.3, confirm=lambda _v: False, initial=[A]
+    )
+    assert result.left == (A,) and 0.25 < result.waited < 2
+
+
+def test_cannot_tell_takes_the_nodes_word_and_kept_volumes_are_not_looked_up() -> None:
+    looks: list[str] = []
+
+    def confirm(volume: str) -> None:
+        looks.append(volume)
+
+    source = FakeNode(node((B,), (B,)))  # B: the kept pod's, still mounted
+    result = wait_detached(
+        source, DetachPlan(1, 1), time.monotonic() + 10, confirm=confirm, initial=[A, B]
+    )
+    assert result.detached and looks == [A]

@@ -19,14 +19,18 @@ such volume: the price of reading the Node alone.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from nodeagent.kube.client import JSON, Kube
+from nodeagent.kube.client import JSON, ApiError, Kube, KubeError
 from nodeagent.kube.watch import Reflector
+
+log = logging.getLogger(__name__)
 
 # Pod volume sources whose volume the attach/detach controller attaches to a node: claims
 # (and generic ephemeral volumes, which are claims) and the in-tree block devices.
@@ -182,12 +186,30 @@ class DetachResult:
 
 # Named as what is left when the Node was never read during the wait.
 NODE_UNREAD = "(the Node could not be read)"
+CSI_PREFIX = "kubernetes.io/csi/"
+# How often a detach in flight is looked up, once the Node no longer lists the volume.
+CONFIRM_EVERY = 0.25
+
+
+def attachment_name(volume: str, node_name: str) -> str | None:
+    """The VolumeAttachment the attach/detach controller makes for a CSI volume on a node
+    (Kubernetes' csi_attacher.getAttachmentName); None for a volume that is not CSI."""
+    if not volume.startswith(CSI_PREFIX) or "^" not in volume:
+        return None
+    driver, handle = volume[len(CSI_PREFIX) :].split("^", 1)
+    digest = hashlib.sha256(f"{handle}{driver}{node_name}".encode()).hexdigest()
+    return f"csi-{digest}"
+
+
+# Whether a volume's detach has finished: True, False, or None when it cannot be told.
+Confirm = Callable[[str], bool | None]
 
 
 @dataclass
 class _Seen:
     volumes: set[str] = field(default_factory=set)
     left: list[str] = field(default_factory=lambda: [NODE_UNREAD])
+    present: frozenset[str] = frozenset()  # on the Node at its last reading
 
 
 def wait_detached(
@@ -195,32 +217,51 @@ def wait_detached(
     plan: DetachPlan,
     deadline: float,
     on_progress: Callable[[Sequence[str]], None] | None = None,
+    confirm: Confirm | None = None,
     clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    initial: Iterable[str] = (),
 ) -> DetachResult:
-    """Block until still_attached() is empty or `deadline` (monotonic) passes; never past.
+    """Block until still_attached() is empty and every volume seen is confirmed detached,
+    or `deadline` (monotonic) passes; never past it.
 
-    `on_progress` hears each new "still attached" list (for status), on the watch thread's
-    wake-ups, so it must be quick.
+    The attach/detach controller takes a volume off ``status.volumesAttached`` when it
+    *starts* a detach (so the kubelet stops trusting it), not when the detach is done: the
+    Node alone says "detaching". `confirm` looks each volume seen (and those `initial`, the
+    Node's at the drain's start) up where its detach shows (the VolumeAttachment), every
+    CONFIRM_EVERY seconds. `on_progress` hears each new "still attached" list.
     """
     start = clock()
     if not plan.needed:
         return DetachResult(0.0, skipped=True)
-    seen = _Seen()
+    seen = _Seen(volumes=set(initial))
 
-    def done() -> bool:
-        nodes = source.snapshot()
-        if not nodes:
-            return False  # not listed yet: nothing is known
-        left = still_attached(VolumeState.of(nodes[0]), plan)
-        seen.volumes.update(left)
+    def report(left: list[str]) -> None:
         if left != seen.left:
             seen.left = left
             if on_progress is not None:
                 on_progress(left)
+
+    def node_done() -> bool:
+        nodes = source.snapshot()
+        if not nodes:
+            return False  # not listed yet: nothing is known
+        state = VolumeState.of(nodes[0])
+        seen.present = state.attached | state.in_use
+        left = still_attached(state, plan)
+        seen.volumes.update(left)
+        report(left)
         return not left
 
-    ok = source.wait_for(done, deadline)
-    left = () if ok else tuple(seen.left)
+    while source.wait_for(node_done, deadline):
+        # What the Node still lists here belongs to the kept pods (still_attached said so).
+        gone = sorted(seen.volumes - seen.present)
+        detaching = [v for v in gone if confirm is not None and confirm(v) is False]
+        report(detaching)
+        if not detaching or clock() >= deadline:
+            break
+        sleep(min(CONFIRM_EVERY, max(0.0, deadline - clock())))
+    left = tuple(seen.left)
     return DetachResult(clock() - start, tuple(sorted(seen.volumes)), left)
 
 
@@ -236,6 +277,34 @@ def node_pods(kube: Kube, node_name: str) -> list[JSON]:
     return list(kube.request("GET", "/api/v1/pods", query=query)["items"])
 
 
+def attachment_gone(kube: Kube, node_name: str) -> Confirm:
+    """Looks a CSI volume's VolumeAttachment up by name: gone means detached. The kubelet's
+    identity may get its node's attachments (the Node authorizer); an identity that may
+    not (a 403) is told once and the Node's word is taken instead: no permission is added
+    for this."""
+    refused: list[ApiError] = []
+
+    def confirm(volume: str) -> bool | None:
+        name = attachment_name(volume, node_name)
+        if name is None or refused:
+            return None
+        try:
+            kube.get(f"/apis/storage.k8s.io/v1/volumeattachments/{name}")
+        except ApiError as exc:
+            if exc.status == 404:
+                return True
+            if exc.status in (401, 403):
+                refused.append(exc)
+                log.info("detach wait: VolumeAttachments not readable (%s): the Node's word", exc)
+                return None
+            return False
+        except KubeError:
+            return False  # asked again at the next look
+        return False
+
+    return confirm
+
+
 def wait_after_drain(
     kube: Kube,
     node_name: str,
@@ -243,14 +312,24 @@ def wait_after_drain(
     drained_uids: set[str],
     deadline: float,
     on_progress: Callable[[Sequence[str]], None] | None = None,
+    node_before: JSON | None = None,
 ) -> DetachResult:
     """The wait a departure makes between its drain and its release, on `kube` bounded by
-    the caller. Nothing drained with an attachable volume: no request, no wait."""
+    the caller; `node_before` is the Node as the drain started, if known. Nothing drained
+    with an attachable volume: no request, no wait."""
     if not DetachPlan.of(
         [p for p in before if p["metadata"].get("uid") in drained_uids], []
     ).needed:
         return DetachResult(0.0, skipped=True)
     plan = DetachPlan.after_drain(before, node_pods(kube, node_name), drained_uids)
+    state = VolumeState.of(node_before)
     watch = node_watch(kube, node_name)
     with watch.hold():
-        return wait_detached(watch, plan, deadline, on_progress)
+        return wait_detached(
+            watch,
+            plan,
+            deadline,
+            on_progress,
+            attachment_gone(kube, node_name),
+            initial=state.attached | state.in_use,
+        )
