@@ -260,7 +260,7 @@ def test_poweroff_releases_the_lock_only_after_the_volume_is_detached(
         start = time.time()
         assert a.run("poweroff").returncode == 0
         assert a.wait_exit(120) == 0
-        ku.wait_until(lambda: running_on(env.kube, env.ns, b.name), 60, "db-0 Running on B")
+        ku.wait_until(lambda: timeline.b_running, 60, "db-0 Running on B")
 
     released = realtime(agent_line(a, "released the logind delay lock"))
     waited = agent_line(a, "detach wait")["MESSAGE"]
@@ -292,7 +292,7 @@ def test_evacuate_reports_drained_only_after_the_volume_is_detached(
         taints = ku.node(env.kube, a.name)["spec"].get("taints") or []
         env.kube.merge_patch(node_path(a.name), {"spec": {"taints": [*taints, EVACUATE_TAINT]}})
         ku.wait_until(lambda: timeline.drained, 90, "NodeAgentDrained True on A")
-        ku.wait_until(lambda: running_on(env.kube, env.ns, b.name), 60, "db-0 Running on B")
+        ku.wait_until(lambda: timeline.b_running, 60, "db-0 Running on B")
 
     assert timeline.drained is not None and timeline.b_running is not None
     waited = agent_line(a, "detach wait")
