@@ -191,6 +191,7 @@ class Timeline:
     b: str
     b_running: float | None = None
     drained: float | None = None  # NodeAgentDrained turned True on A
+    waiting: str = ""  # NodeAgentDrained's message while it waited for the detach
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -213,6 +214,8 @@ class Timeline:
                 cond = conditions.find(ku.node(self.kube, self.a), conditions.DRAINED) or {}
                 if self.drained is None and cond.get("status") == "True":
                     self.drained = now
+                if cond.get("reason") == conditions.WAITING_FOR_DETACH:
+                    self.waiting = self.waiting or str(cond.get("message"))
             except Exception:  # a missed sample is taken again
                 pass
             time.sleep(0.05)
@@ -318,13 +321,16 @@ def test_a_volume_that_cannot_detach_holds_the_departure_only_until_the_deadline
     agent_ready(a)
     cluster.stop_attacher()  # nothing can detach the volume from A any more
     try:
-        start = time.time()
-        assert a.run("poweroff").returncode == 0
-        assert a.wait_exit(120) == 0
-        took = time.time() - start
+        with Timeline(env.kube, env.ns, a.name, b.name) as timeline:
+            start = time.time()
+            assert a.run("poweroff").returncode == 0
+            assert a.wait_exit(120) == 0
+            took = time.time() - start
         released = realtime(agent_line(a, "released the logind delay lock"))
         waited = agent_line(a, "detach wait")["MESSAGE"]
         print(f"poweroff took {took:.1f}s, lock released {released - start:.1f}s; {waited}")
+        print(f"while it waited, NodeAgentDrained said: {timeline.waiting}")
+        assert volume in timeline.waiting
         assert "still attached" in waited and volume in waited
         cond = drained_condition(env.kube, a.name)
         assert cond["reason"] == conditions.VOLUMES_ATTACHED and volume in cond["message"], cond
