@@ -8,15 +8,18 @@ from collections.abc import Callable
 
 import pytest
 
+from nodeagent.departure.executor import outcome_condition
 from nodeagent.drain.detach import (
     NODE_UNREAD,
     DetachPlan,
+    DetachResult,
     VolumeState,
     attachment_name,
     pod_volume_keys,
     still_attached,
     wait_detached,
 )
+from nodeagent.drain.engine import DrainOutcome, DrainResult
 from nodeagent.kube.client import JSON
 
 A = "kubernetes.io/csi/mock^1"
@@ -240,3 +243,22 @@ def test_cannot_tell_takes_the_nodes_word_and_kept_volumes_are_not_looked_up() -
         source, DetachPlan(1, 1), time.monotonic() + 10, confirm=confirm, initial=[A, B]
     )
     assert result.detached and looks == [A]
+
+
+@pytest.mark.parametrize(
+    ("waited", "reason", "words"),
+    [
+        (None, "Drained", "Drained for poweroff in 3.0s"),
+        (DetachResult(0.0, skipped=True), "Drained", "Drained for poweroff in 3.0s"),
+        (DetachResult(1.5, (A,)), "Drained", f"1 volume(s) detached in 1.5s: {A}"),
+        (DetachResult(9.0, (A, B), (B,)), "VolumesAttached", f"still attached after 9.0s: {B}"),
+    ],
+)
+def test_the_drained_condition_records_the_wait(
+    waited: DetachResult | None, reason: str, words: str
+) -> None:
+    result = DrainResult("n", DrainOutcome.DRAINED, 3.0, detach=waited)
+    cond = outcome_condition("poweroff", result)
+    assert (cond.status, cond.reason) == ("True", reason)
+    assert words in cond.message
+    assert (waited is None or waited.skipped) == (cond.message == "Drained for poweroff in 3.0s")
