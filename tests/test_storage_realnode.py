@@ -105,7 +105,10 @@ def cordon(kube: Kube, node: str, on: bool) -> None:
 
 
 def stateful_app(env: Env, handle: str) -> str:
-    """A static volume with a bound claim, and a StatefulSet of one replica using it."""
+    """A static volume with a bound claim, and a StatefulSet of one replica using it.
+
+    `handle`: one of the mock driver's own volumes, "1" to "3" (they live in its memory).
+    """
     pv = f"{env.group}-{handle}"
     env.kube.post(
         "/api/v1/persistentvolumes",
@@ -310,6 +313,26 @@ def test_evacuate_reports_drained_only_after_the_volume_is_detached(
     assert detached < realtime(waited) < timeline.drained
     cond = drained_condition(env.kube, a.name)
     assert "detached" in cond["message"] and volume in waited["MESSAGE"]
+
+
+def test_nodeagent_drain_returns_only_after_the_volume_is_detached(
+    env: Env, attach_path: Path
+) -> None:
+    a = storage_node(env, attach_path, "a", agent=False)
+    b = storage_node(env, attach_path, "b", agent=False)
+    volume = start_app_on_a(env, a, b, "2")
+    start = time.time()
+    res = ku.run_agent(
+        "drain", "--node", a.name, "--kubeconfig", str(env.cluster.kubeconfig), "--deadline", "60s"
+    )
+    returned = time.time()
+    assert res.returncode == 0, res.stderr
+    detached = attacher_logged(env.cluster, attachment_name(volume, a.name) or "", "Detached")
+    (line,) = [ln for ln in res.stdout.splitlines() if "volumes:" in ln]
+    print(f"nodeagent drain: detached {detached - start:.2f}s, returned {returned - start:.2f}s")
+    print(res.stdout)
+    assert detached < returned
+    assert "1 volume(s) detached" in line and volume in line
 
 
 def test_a_volume_that_cannot_detach_holds_the_departure_only_until_the_deadline(
