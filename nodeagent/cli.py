@@ -12,7 +12,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -268,7 +268,12 @@ def drain(reason: str, dry_run: bool, **params: Any) -> None:
     else:
         from nodeagent.departure.executor import cordon_then_drain
 
-        result = cordon_then_drain(Drain(kube, cfg.node_name, options, events, progress))
+        def detaching(volumes: Sequence[str]) -> None:
+            if volumes:
+                progress(f"waiting for {len(volumes)} volume(s) to detach: {', '.join(volumes)}")
+
+        drain = Drain(kube, cfg.node_name, options, events, progress)
+        result = cordon_then_drain(drain, detaching=detaching)
     events.flush()
     from nodeagent.drain.summary import render
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 
 from nodeagent.config import Config
 from nodeagent.context import Context
 from nodeagent.departure.budget import Budget
+from nodeagent.drain import detach
 from nodeagent.drain.engine import Drain, DrainOptions, DrainOutcome, DrainResult
 from nodeagent.fence import marker
 from nodeagent.fence.decision import Decision, Step
@@ -25,7 +26,7 @@ from nodeagent.kube.client import JSON, Kube, KubeError
 from nodeagent.kube.watch import Reflector
 from nodeagent.report import conditions, metrics
 from nodeagent.report.conditions import ConditionWriter
-from nodeagent.report.events import EventRecorder
+from nodeagent.report.events import WARNING, EventRecorder
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +69,14 @@ def cordon_then_drain(
     keep: Collection[str] = (),
     ctx: Context | None = None,
     cordoned: Callable[[], None] = lambda: None,
+    detaching: Callable[[Sequence[str]], None] | None = None,
 ) -> DrainResult:
     """Cordon with the marker, then drain, in the drain's time: the cordon waits for the
     drain's pod watch to list (a drain that cannot list changes nothing), and the drain
     plans from the pods the watch shows once the cordon is answered. `keep`: the agent's
     markers of this boot left as they are; `cordoned` is called once the cordon stands.
+    Then, still inside the drain's deadline, wait_for_detach; `detaching` hears the
+    volumes it still waits for.
 
     `node` is the Node the caller decided on: when it changed since (the cordon's
     resourceVersion precondition), marker.NodeChanged is raised, for the caller to read
@@ -93,13 +97,45 @@ def cordon_then_drain(
         else:
             node, wrote = _cordon_read_again(drain, kube, node, keep)
         cordoned()
+        before = drain.watched_pods()  # what the drain plans from: their volumes
         result = drain.evict(node, wrote)
         if result.to_record:
             try:
                 marker.record_result(kube, drain.node_name, result.outcome)
             except KubeError as exc:
                 log.warning("could not record drain result: %s", exc)
-        return result
+    if result.outcome not in (DrainOutcome.CANCELLED, DrainOutcome.DRY_RUN):
+        result.detach = wait_for_detach(drain, node, before, ctx, detaching)
+    return result
+
+
+def wait_for_detach(
+    drain: Drain,
+    node: JSON,
+    before: list[JSON],
+    ctx: Context | None,
+    detaching: Callable[[Sequence[str]], None] | None,
+) -> detach.DetachResult:
+    """After the drain, until the volumes of the pods it drained are unmounted and
+    detached (nodeagent/drain/detach.py), inside the drain's own deadline: the departure
+    is done, and its lock released, only then. Ran out: said in the log, an Event and the
+    metric (the caller's condition says it too); the departure goes on all the same."""
+    uids = {p.uid for p in drain.result.evicted + drain.result.forced}
+    try:
+        waited = detach.wait_after_drain(
+            drain.kube, drain.node_name, before, uids, drain.deadline, detaching, node, ctx
+        )
+    except KubeError as exc:
+        log.warning("detach wait: could not read the node: %s", exc)
+        waited = detach.DetachResult(0.0, left=(detach.NODE_UNREAD,))
+    log.info("detach wait: %s", waited.summary())
+    metrics.DETACH_WAITS.labels(waited.result).inc()
+    if not waited.skipped:
+        metrics.DETACH_SECONDS.observe(waited.waited)
+    if not waited.detached and drain.events:
+        message = f"Drained for {drain.opts.reason} with {waited.summary()}"
+        drain.events.node(node, conditions.VOLUMES_ATTACHED, message, WARNING)
+    return waited
 
 
 def _cordon_read_again(
@@ -199,10 +235,21 @@ class FenceExecutor:
         # Draining once the cordon stands: a cordon that finds the Node changed (the
         # decision was made on a stale one) reports nothing it did not do.
         result = cordon_then_drain(
-            drain, node, decision.keep, ctx, lambda: self.report.set(conditions.draining(reason))
+            drain,
+            node,
+            decision.keep,
+            ctx,
+            lambda: self.report.set(conditions.draining(reason)),
+            lambda volumes: self._detaching(reason, volumes),
         )
         self._record(reason, result, budget)
         return result
+
+    def _detaching(self, reason: Reason, volumes: Sequence[str]) -> None:
+        """The volumes the departure still waits for, in NodeAgentDrained (`status`)."""
+        if volumes:
+            self.report.set(conditions.waiting_for_detach(reason, list(volumes)))
+            self.progress(reason, f"waiting for {len(volumes)} volume(s) to detach")
 
     def _record(self, reason: Reason, result: DrainResult, budget: Budget) -> None:
         metrics.DRAINS.labels(reason, result.outcome).inc()
@@ -216,9 +263,13 @@ class FenceExecutor:
 
 
 def outcome_condition(reason: str, result: DrainResult) -> conditions.Condition:
-    """NodeAgentDrained for how a drain ended."""
+    """NodeAgentDrained for how a drain ended (and the wait for its volumes after it)."""
+    waited = result.detach
+    note = "" if waited is None or waited.skipped else waited.summary()
     if result.outcome in (DrainOutcome.DRAINED, DrainOutcome.FORCED):
-        return conditions.drained(reason, result.seconds)
+        if waited is not None and not waited.detached:
+            return conditions.drained_volumes_attached(reason, result.seconds, note)
+        return conditions.drained(reason, result.seconds, note)
     if result.blocked:  # timed-out or incomplete: name every pod left and why
         pods = [f"{p.ref} ({p.detail})" for p in result.blocked]
         return conditions.blocked(reason, result.blocking_pdbs, pods)

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from nodeagent.context import Context
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError
 from nodeagent.kube.watch import Reflector
 
@@ -221,6 +222,7 @@ def wait_detached(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     initial: Iterable[str] = (),
+    stop: Callable[[], bool] | None = None,
 ) -> DetachResult:
     """Block until still_attached() is empty and every volume seen is confirmed detached,
     or `deadline` (monotonic) passes; never past it.
@@ -229,7 +231,8 @@ def wait_detached(
     *starts* a detach (so the kubelet stops trusting it), not when the detach is done: the
     Node alone says "detaching". `confirm` looks each volume seen (and those `initial`, the
     Node's at the drain's start) up where its detach shows (the VolumeAttachment), every
-    CONFIRM_EVERY seconds. `on_progress` hears each new "still attached" list.
+    CONFIRM_EVERY seconds. `on_progress` hears each new "still attached" list. `stop`
+    (a cancel) ends the wait early, with what is left named.
     """
     start = clock()
     if not plan.needed:
@@ -243,6 +246,8 @@ def wait_detached(
                 on_progress(left)
 
     def node_done() -> bool:
+        if stop is not None and stop():
+            return True
         nodes = source.snapshot()
         if not nodes:
             return False  # not listed yet: nothing is known
@@ -253,7 +258,7 @@ def wait_detached(
         report(left)
         return not left
 
-    while source.wait_for(node_done, deadline):
+    while source.wait_for(node_done, deadline) and not (stop is not None and stop()):
         # What the Node still lists here belongs to the kept pods (still_attached said so).
         gone = sorted(seen.volumes - seen.present)
         detaching = [v for v in gone if confirm is not None and confirm(v) is False]
@@ -313,6 +318,7 @@ def wait_after_drain(
     deadline: float,
     on_progress: Callable[[Sequence[str]], None] | None = None,
     node_before: JSON | None = None,
+    ctx: Context | None = None,
 ) -> DetachResult:
     """The wait a departure makes between its drain and its release, on `kube` bounded by
     the caller; `node_before` is the Node as the drain started, if known. Nothing drained
@@ -324,6 +330,10 @@ def wait_after_drain(
     plan = DetachPlan.after_drain(before, node_pods(kube, node_name), drained_uids)
     state = VolumeState.of(node_before)
     watch = node_watch(kube, node_name)
+    if ctx is not None:
+        # A cancel (the evacuate taint removed, a shutdown taking over) ends the wait.
+        ctx.on_cancel(lambda: _wake(watch))
+        deadline = min(deadline, ctx.deadline)
     with watch.hold():
         return wait_detached(
             watch,
@@ -332,4 +342,10 @@ def wait_after_drain(
             on_progress,
             attachment_gone(kube, node_name),
             initial=state.attached | state.in_use,
+            stop=(lambda: ctx.cancelled) if ctx is not None else None,
         )
+
+
+def _wake(watch: Reflector) -> None:
+    with watch.changed:
+        watch.changed.notify_all()

@@ -235,6 +235,15 @@ class Drain:
         """Called off (by the caller's context): nothing new starts."""
         return self._ctx.cancelled
 
+    @property
+    def deadline(self) -> float:
+        """When evicting stops (monotonic), fixed by `started`."""
+        return self._deadline
+
+    def watched_pods(self) -> list[JSON]:
+        """The node's pods as the drain's watch shows them now (inside `started`)."""
+        return self._pods.snapshot()
+
     def evict(self, node: JSON, cordoned: bool) -> DrainResult:
         """Inside `started`, once the node is cordoned (`cordoned`: by this caller's
         write): plan from the pods the watch shows now, evict, wait, report."""
