@@ -73,9 +73,28 @@ def attach_path(cluster: Any, kube: Kube) -> Iterator[Path]:
 
 
 @pytest.fixture
-def env(realnode_env: Env) -> Env:
-    """The real nodes' group (a spare, a namespace; every node stopped and checked after)."""
-    return realnode_env
+def env(realnode_env: Env, cluster: Any) -> Iterator[Env]:
+    """The real nodes' group (a spare, a namespace; every node stopped and checked after).
+
+    Before its nodes stop, the StatefulSet goes and its volume detaches from the nodes that
+    still run: the mock driver has three volumes only, and one left attached to a Node that
+    is gone stays attached for the attach/detach controller for minutes.
+    """
+    yield realnode_env
+    release_volume(realnode_env, cluster)
+
+
+def release_volume(env: Env, cluster: Any) -> None:
+    path = f"/apis/apps/v1/namespaces/{env.ns}/statefulsets/db"
+    if not ku.exists(env.kube, path) or not cluster.attacher_running():
+        return
+    env.kube.delete(path)
+    running = [n.name for n in env.nodes if n.running()]
+    ku.wait_until(
+        lambda: not [va for name in running for va in attachments(env.kube, name)],
+        60,
+        "the volume detached from the running nodes",
+    )
 
 
 def storage_node(env: Env, csi_dir: Path, suffix: str, agent: bool) -> RealNode:

@@ -261,7 +261,7 @@ class Cluster:
         both running does nothing; after stop_attacher() it starts them again (the mock's
         volumes live in its memory and start afresh).
         """
-        if all(n in self.procs and self.procs[n].alive() for n in CSI_PROCS):
+        if self.attacher_running():
             return
         self.stop_attacher()
         sock = self.csi_socket
@@ -289,6 +289,9 @@ class Cluster:
             if ref is not None:
                 terminate([ref], [child] if child else [])
         self._save()
+
+    def attacher_running(self) -> bool:
+        return all(n in self.procs and self.procs[n].alive() for n in CSI_PROCS)
 
     @property
     def csi_socket(self) -> Path:
