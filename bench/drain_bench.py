@@ -8,7 +8,9 @@ Every drain runs under its own client certificate and the API server audits thos
 only, so the bench also prints what each drain asked of the API, per evicted pod.
 
     python bench/drain_bench.py                      # every scenario, starts its own cluster
-    python bench/drain_bench.py --only a --only fleet --nodes 4 --skip-kubectl
+    python bench/drain_bench.py --only a --only startup --skip-kubectl
+
+Many nodes at once is bench/fleet.py's: resident agents, as a fleet runs them.
 """
 
 from __future__ import annotations
@@ -18,13 +20,12 @@ import compileall
 import shutil
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import audit, fleet, report, workload
+from bench import audit, report, workload
 from bench.drainers import Drain, Drainer, Identities, run_drain, turn
 from bench.workload import SETTLE_TIMEOUT
 from hack.localcluster.cluster import Cluster
@@ -119,12 +120,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    keys = [s.key for s in SCENARIOS] + ["fleet", "startup"]
+    keys = [s.key for s in SCENARIOS] + ["startup"]
     parser.add_argument(
         "--only",
         choices=keys,
         action="append",
-        help="run only these scenarios (repeatable); default: all. fleet: N nodes at once; "
+        help="run only these scenarios (repeatable); default: all. "
         "startup: interpreter and import time of each drainer",
     )
     parser.add_argument(
@@ -142,12 +143,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="drains per drainer and scenario, medians reported (kubectl runs once)",
     )
     parser.add_argument(
-        "--nodes", type=int, default=10, help="fleet: nodes drained at once (default 10)"
-    )
-    parser.add_argument(
-        "--pods-per-node", type=int, default=25, help="fleet: pods per node (default 25)"
-    )
-    parser.add_argument(
         "--keep",
         type=Path,
         metavar="DIR",
@@ -156,8 +151,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
-    if min(args.nodes, args.pods_per_node, args.rounds) < 1:
-        parser.error("--nodes, --pods-per-node and --rounds must be at least 1")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     return args
 
 
@@ -174,7 +169,7 @@ def compile_bytecode() -> None:
 def main() -> int:
     args = parse_args()
     compile_bytecode()
-    wanted = set(args.only or [s.key for s in SCENARIOS] + ["fleet", "startup"])
+    wanted = set(args.only or [s.key for s in SCENARIOS] + ["startup"])
     drainers = [Drainer.FLOOR, Drainer.NODEAGENT]
     drainers += [Drainer.FLOOR_EVENTS] if args.floor_events else []
     drainers += [] if args.skip_kubectl else [Drainer.KUBECTL]
@@ -182,7 +177,7 @@ def main() -> int:
     if "startup" in wanted:
         report.startup(print)
     scenarios = [s for s in SCENARIOS if s.key in wanted]
-    if not scenarios and "fleet" not in wanted:
+    if not scenarios:
         return 0
     done: list[Drain] = []
     with tempfile.TemporaryDirectory(prefix="nodeagent-bench-") as tmp:
@@ -198,15 +193,6 @@ def main() -> int:
                     scenario.name, drains, scenario.replicas, audit.log_path(workdir), print
                 )
                 print(report.load_line("after " + scenario.key), flush=True)
-            if "fleet" in wanted:
-                shape = fleet.Shape(args.nodes, args.pods_per_node)
-                together = [d for d in drainers if d is not Drainer.KUBECTL]
-                order = [d for r in range(args.rounds) for d in turn(together, r)]
-                runs = [fleet.run(cluster, kube, ids, shape, d) for d in order]
-                done += [d for r in runs for d in r.drains]
-                time.sleep(1.0)  # the last watches' audit entries
-                report.fleet(shape, runs, audit.log_path(workdir), print)
-                print(report.load_line("after fleet"), flush=True)
             closed = workload.terminated_watchers(cluster)
             print(f"\nwatches the API server closed on slow clients, whole run: {closed or 0}")
         finally:

@@ -1,83 +1,549 @@
-"""Many nodes at once (a node group scaling in): N loaded nodes, each drained by its own
-process at the same moment, against one API server."""
+"""A fleet of resident agents on one API server: N `nodeagent run`, one per simulated node.
+
+What a cluster-wide event asks of the API server when every node runs the agent, and
+what the agents cost it while nothing happens:
+
+1. start storm: all N agents started within a second (a cold start of the cluster, a
+   DaemonSet rollout); the time until every node's NodeAgentReady is True, and how many
+   agents exited (each is started again, as systemd would, and counted);
+2. idle: requests per agent-hour by verb and resource (the audit log, by each agent's own
+   user), watches held per agent, and each agent's RSS and CPU;
+3. a wave: W nodes of 25 pods tainted for evacuation within a second, the time until each
+   node's pods are gone; beside it W floor drains (bench/floor.py) of W other nodes at once;
+4. the fleet at 5,000 nodes, extrapolated from the per-agent figures, beside the kubelet's.
+
+The kubelet simulator renews each node's Lease every 10 s and writes its status every
+5 minutes, as the kubelet does when nothing changes.
+
+    python bench/fleet.py [--agents N] [--wave N] [--idle-minutes M] [--json FILE]
+"""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import json
 import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
 
+import psutil
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import apf, apiusage
+from bench.audit import SIM_USER
+from bench.drain_bench import compile_bytecode
 from bench.drainers import Drain, Drainer, Identities, run_drain
-from bench.workload import SETTLE_TIMEOUT, remove
+from bench.report import load_line
+from bench.residents import Residents
 from hack.localcluster.cluster import Cluster
-from nodeagent.kube.client import Kube, node_path
+from nodeagent.kube.client import JSON, Kube, node_path
 from tests import kubeutil as ku
 
+REPO = Path(__file__).resolve().parent.parent
+# The kubelet's cadence: Lease renewed every 10 s, full status every 5 minutes unchanged.
+SIM_ARGS = ["--lease-interval=10", "--status-interval=300"]
 SPARE_PODS = 200  # replacements per spare node (capacity 250, kept clear of the limit)
-
-
-@dataclass(frozen=True)
-class Shape:
-    nodes: int
-    pods_per_node: int
-
-
-@dataclass(frozen=True)
-class FleetRun:
-    drainer: Drainer
-    drains: list[Drain]
-
-    @property
-    def slowest(self) -> float:
-        return max(d.seconds for d in self.drains)
+READY_TIMEOUT = 300.0
+SETTLE = 30.0  # after the storm: the one-shot start-up steps (rights, reconcile, leftovers)
+DRAIN_TIMEOUT = 300.0
+POLL = 0.25
+TAINT = {"key": "nodeagent.io/evacuate", "effect": "NoSchedule"}
+READY = "NodeAgentReady"
+PDB_READER = REPO / "packaging" / "kubelet-pdb-reader.yaml"
+FLEET_LABEL = "bench.nodeagent.io/fleet"
+# The kubelet per node (the reference): a Lease every 10 s, its Node status every 5 min
+# when nothing changes, and at least three watches (its Node, its pods, Services), each
+# resumed every 5-10 minutes (client-go's reflector; 7.5 on average).
+KUBELET_LEASE_S, KUBELET_STATUS_S, KUBELET_WATCHES, KUBELET_REWATCH_S = 10, 300, 3, 450
+AT_SCALE = 5000
+Out = Callable[[str], None]
 
 
 def _slot(group: str, i: int) -> str:
-    """A label only node i and the spares carry: node i's pods may go nowhere else."""
+    """A label only loaded node i and the spares carry: its pods may go nowhere else."""
     return f"bench.nodeagent.io/{group}-{i}"
 
 
-@dataclass(frozen=True)
-class Fleet:
-    nodes: list[str]
-    namespaces: list[str]  # node i's pods live in namespaces[i]
-    spares: list[str]
+@dataclass
+class Layout:
+    group: str
+    agents: list[str]  # nodes with an agent; the first `wave` of them are loaded
+    wave: list[str]
+    floor: list[str]  # loaded nodes without an agent, drained by the floor
+    wave_spares: list[str]
+    floor_spares: list[str]
+    namespace: dict[str, str] = field(default_factory=dict)  # loaded node -> its pods' namespace
 
 
-def prepare(cluster: Cluster, kube: Kube, shape: Shape) -> Fleet:
-    """N loaded nodes, and cordoned spares for their replacements."""
+def _add_nodes(cluster: Cluster, nodes: dict[str, dict[str, str]]) -> None:
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda n: cluster.add_node(n, nodes[n], timeout=120), nodes))
+
+
+def build(cluster: Cluster, kube: Kube, agents: int, wave: int, pods: int) -> Layout:
+    """The nodes, the loaded ones' Deployments (one per node, all Running) and cordoned
+    spares for their replacements."""
     group = ku.unique("fleet")
-    slots = {_slot(group, i): "yes" for i in range(shape.nodes)}
-    spare_count = math.ceil(shape.nodes * shape.pods_per_node / SPARE_PODS)
-    spares = [f"{group}-spare{j}" for j in range(spare_count)]
-    for spare in spares:
-        cluster.add_node(spare, slots)
+    tag = {FLEET_LABEL: group}
+    spares = math.ceil(wave * pods / SPARE_PODS)
+    lay = Layout(
+        group,
+        agents=[f"{group}-n{i}" for i in range(agents)],
+        wave=[f"{group}-n{i}" for i in range(wave)],
+        floor=[f"{group}-f{i}" for i in range(wave)],
+        wave_spares=[f"{group}-ws{j}" for j in range(spares if wave else 0)],
+        floor_spares=[f"{group}-fs{j}" for j in range(spares if wave else 0)],
+    )
+    loaded = lay.wave + lay.floor
+    slots = {node: _slot(group, i) for i, node in enumerate(loaded)}
+    wave_slots = {slots[n]: "yes" for n in lay.wave}
+    floor_slots = {slots[n]: "yes" for n in lay.floor}
+    spare_labels = {s: {**tag, **wave_slots} for s in lay.wave_spares}
+    spare_labels |= {s: {**tag, **floor_slots} for s in lay.floor_spares}
+    _add_nodes(cluster, spare_labels)
+    for spare in spare_labels:
         kube.merge_patch(node_path(spare), {"spec": {"unschedulable": True}})
-    nodes = [f"{group}-n{i}" for i in range(shape.nodes)]
-    for i, node in enumerate(nodes):
-        cluster.add_node(node, {_slot(group, i): "yes"})
-    namespaces = [ku.namespace(kube, node) for node in nodes]
-    for i, ns in enumerate(namespaces):
-        selector = {_slot(group, i): "yes"}
-        ku.deployment(kube, ns, "app", group, shape.pods_per_node, nodeSelector=selector)
-    for node in nodes:
-        ku.wait_running(kube, node, shape.pods_per_node, timeout=SETTLE_TIMEOUT)
-    for spare in spares:
+    nodes = {n: {**tag, **({slots[n]: "yes"} if n in slots else {})} for n in lay.agents}
+    nodes |= {n: {**tag, slots[n]: "yes"} for n in lay.floor}
+    _add_nodes(cluster, nodes)
+    for node in loaded:
+        ns = lay.namespace[node] = ku.namespace(kube, node)
+        ku.deployment(kube, ns, "app", group, pods, nodeSelector={slots[node]: "yes"})
+    for node in loaded:
+        ku.wait_running(kube, node, pods, timeout=READY_TIMEOUT)
+    return lay
+
+
+def apply_pdb_reader(kube: Kube) -> None:
+    """packaging/kubelet-pdb-reader.yaml: what a cluster running the host form adds."""
+    paths = {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings"}
+    for doc in yaml.safe_load_all(PDB_READER.read_text()):
+        kube.post(f"/apis/rbac.authorization.k8s.io/v1/{paths[doc['kind']]}", doc)
+
+
+# ---- 1. start storm --------------------------------------------------------------------
+
+
+def _agent_ready(node: JSON) -> bool:
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == READY and c.get("status") == "True" for c in conditions)
+
+
+def wait_ready(kube: Kube, lay: Layout, began: float, timeout: float) -> dict[str, float]:
+    """Seconds from `began` until each agent's node showed NodeAgentReady True."""
+    wanted, ready = set(lay.agents), dict[str, float]()
+    selector = {"labelSelector": f"{FLEET_LABEL}={lay.group}"}
+    deadline = time.monotonic() + timeout
+    while set(ready) != wanted:
+        if time.monotonic() > deadline:
+            missing = sorted(wanted - set(ready))
+            raise TimeoutError(f"{len(missing)} agents not ready after {timeout:.0f}s: {missing}")
+        listed = kube.request("GET", "/api/v1/nodes", query=selector)
+        now = time.time()
+        for node in listed["items"]:
+            name = node["metadata"]["name"]
+            if name in wanted and name not in ready and _agent_ready(node):
+                ready[name] = now - began
+        time.sleep(POLL)
+    return ready
+
+
+@dataclass(frozen=True)
+class Storm:
+    ready_s: float  # until the last agent's node was Ready
+    median_s: float
+    restarts: int  # agents that exited and were started again
+    exits: list[tuple[str, int]]
+    throttled: int  # 429s the agents got (and waited out) meanwhile
+
+
+def storm(kube: Kube, residents: Residents, lay: Layout, audit_log: Path) -> Storm:
+    began = residents.start()
+    ready = wait_ready(kube, lay, began, READY_TIMEOUT)
+    time.sleep(1.0)  # the last requests' audit entries
+    calls = apiusage.agents_only(apiusage.read(audit_log))
+    end = began + max(ready.values()) + 1.0
+    return Storm(
+        ready_s=max(ready.values()),
+        median_s=statistics.median(ready.values()),
+        restarts=residents.restarts,
+        exits=residents.exit_codes(),
+        throttled=apiusage.throttled(calls, began, end),
+    )
+
+
+# ---- 2. idle ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Idle:
+    seconds: float
+    start: float  # wall clock
+    end: float
+    cpu_s: list[float]  # per agent, over the window
+    rss_mb: list[float]  # per agent, at the end
+    pss_mb_total: float  # proportional set size of all agents together (shared pages split)
+    threads: list[int]
+
+
+def idle(residents: Residents, minutes: float) -> Idle:
+    procs = [psutil.Process(a.proc.pid) for a in residents.agents if a.proc]
+    cpu0 = [a.cpu_seconds() for a in residents.agents]
+    start = time.time()
+    time.sleep(minutes * 60)
+    end = time.time()
+    cpu = [a.cpu_seconds() - c for a, c in zip(residents.agents, cpu0, strict=True)]
+    pss = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            pss += p.memory_full_info().pss / 2**20
+    return Idle(
+        seconds=end - start,
+        start=start,
+        end=end,
+        cpu_s=cpu,
+        rss_mb=[a.rss_mb() for a in residents.agents],
+        pss_mb_total=pss,
+        threads=[p.num_threads() for p in procs if p.is_running()],
+    )
+
+
+# ---- 3. a wave --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeDrain:
+    node: str
+    seconds: float  # taint (or floor process start) until its last pod was gone
+    first_request: float  # after the taint: the agent's first request for it
+    first_eviction: float
+    last_eviction: float
+
+
+def _gone(kube: Kube, node: str) -> bool:
+    return not ku.pods_on(kube, node)
+
+
+def _last_pod_gone(calls: list[apiusage.Call], ns: str, since: float) -> float:
+    deletes = [
+        c.received
+        for c in calls
+        if (c.user, c.verb, c.resource, c.namespace) == (SIM_USER, "delete", "pods", ns)
+        and c.received >= since
+    ]
+    return max(deletes, default=0.0)
+
+
+def _phases(calls: list[apiusage.Call], user: str, node: str, ns: str, since: float) -> NodeDrain:
+    mine = [c for c in calls if c.user == user and c.received >= since]
+    evictions = [c.received for c in mine if c.resource == "pods/eviction"]
+    gone = _last_pod_gone(calls, ns, since)
+    first = mine[0].received if mine else since
+    return NodeDrain(
+        node,
+        seconds=gone - since if gone else float("nan"),
+        first_request=first - since,
+        first_eviction=(evictions[0] - since) if evictions else float("nan"),
+        last_eviction=(evictions[-1] - since) if evictions else float("nan"),
+    )
+
+
+def wave(kube: Kube, lay: Layout, audit_log: Path) -> list[NodeDrain]:
+    """Taint the wave's nodes at once; wait until each has no pod left."""
+    for spare in lay.wave_spares:
         ku.open_node(kube, spare)
-    return Fleet(nodes, namespaces, spares)
+    tainted: dict[str, float] = {}
+
+    def taint(node: str) -> None:
+        tainted[node] = time.time()
+        kube.merge_patch(node_path(node), {"spec": {"taints": [TAINT]}})
+
+    with ThreadPoolExecutor(len(lay.wave)) as pool:
+        list(pool.map(taint, lay.wave))
+    deadline = time.monotonic() + DRAIN_TIMEOUT
+    left = set(lay.wave)
+    while left:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(left)} nodes not drained after {DRAIN_TIMEOUT:.0f}s")
+        left = {n for n in left if not _gone(kube, n)}
+        time.sleep(POLL)
+    time.sleep(1.0)
+    calls = apiusage.read(audit_log)
+    return [
+        _phases(calls, f"{apiusage.AGENT_PREFIX}{n}", n, lay.namespace[n], tainted[n])
+        for n in lay.wave
+    ]
 
 
-def run(cluster: Cluster, kube: Kube, ids: Identities, shape: Shape, drainer: Drainer) -> FleetRun:
-    """Drain every node of a fresh fleet at once, one `drainer` process per node."""
-    fleet = prepare(cluster, kube, shape)
-    who = {node: ids.mint(drainer, node) for node in fleet.nodes}
+def floor(cluster: Cluster, kube: Kube, lay: Layout, workdir: Path) -> list[Drain]:
+    """The floor drains of the floor nodes, all at once, each its own process."""
+    for spare in lay.floor_spares:
+        ku.open_node(kube, spare)
+    ids = Identities(cluster, workdir / "identities")
+    who = {n: ids.mint(Drainer.FLOOR, n) for n in lay.floor}
     kubectl = cluster.bin_dir / "kubectl"
 
-    def drain(i: int) -> Drain:
-        node = fleet.nodes[i]
-        return run_drain(drainer, node, fleet.namespaces[i], who[node], kubectl)
+    def drain(node: str) -> Drain:
+        return run_drain(Drainer.FLOOR, node, lay.namespace[node], who[node], kubectl)
 
-    with ThreadPoolExecutor(len(fleet.nodes)) as pool:
-        drains = list(pool.map(drain, range(len(fleet.nodes))))
-    remove(kube, fleet.namespaces, fleet.nodes + fleet.spares)
-    return FleetRun(drainer, drains)
+    with ThreadPoolExecutor(len(lay.floor)) as pool:
+        return list(pool.map(drain, lay.floor))
+
+
+# ---- report -----------------------------------------------------------------------------
+
+
+def _hours(idle_run: Idle) -> float:
+    return idle_run.seconds / 3600
+
+
+def print_storm(s: Storm, agents: int, out: Out) -> None:
+    out(f"\n1. start storm: {agents} agents started within 1 s")
+    out(
+        f"  every NodeAgentReady True after {s.ready_s:.1f}s (median {s.median_s:.1f}s); "
+        f"restarts {s.restarts}; 429s waited out {s.throttled}"
+    )
+    for node, code in s.exits[:10]:
+        out(f"  exited: {node} code {code}")
+
+
+def print_idle(i: Idle, r: apiusage.Rates, agents: int, out: Out) -> None:
+    out(f"\n2. idle {i.seconds / 60:.1f} min, {agents} agents: requests per agent-hour")
+    for (verb, resource), rate in r.by_kind.items():
+        out(f"  {verb:6} {resource:40} {rate:8.2f}")
+    out(
+        f"  Node writes {r.node_writes:.2f}, non-watch reads {r.reads:.2f}, "
+        f"watch (re)starts {r.watch_starts:.1f}, all requests {r.requests:.1f} per agent-hour"
+    )
+    out(f"  watches held per agent: {r.watches_held:.2f} on average, {r.watches_held_max} at most")
+    hours = _hours(i)
+    cpu = [c / hours for c in i.cpu_s]
+    out(
+        f"  RSS per agent: max {max(i.rss_mb):.1f} MB, median {statistics.median(i.rss_mb):.1f} MB;"
+        f" all agents: RSS {sum(i.rss_mb):.0f} MB, PSS {i.pss_mb_total:.0f} MB"
+    )
+    out(
+        f"  CPU per agent-hour: max {max(cpu):.2f}s, median {statistics.median(cpu):.2f}s; "
+        f"threads per agent {statistics.median(i.threads):.0f}"
+    )
+
+
+def print_wave(drains: list[NodeDrain], floors: list[Drain], out: Out) -> None:
+    out(f"\n3. wave: {len(drains)} nodes tainted for evacuation within 1 s")
+    slowest = max(drains, key=lambda d: d.seconds)
+    out(
+        f"  nodeagent: slowest node {slowest.seconds:.2f}s "
+        f"(median {statistics.median(d.seconds for d in drains):.2f}s); slowest's phases after "
+        f"the taint: first request {slowest.first_request:.2f}s, first eviction "
+        f"{slowest.first_eviction:.2f}s, last eviction {slowest.last_eviction:.2f}s"
+    )
+    if floors:
+        fslow = max(floors, key=lambda d: d.seconds)
+        failed = sum(1 for d in floors if d.failed)
+        out(
+            f"  floor ({len(floors)} drains at once, process start to exit): slowest "
+            f"{fslow.seconds:.2f}s (median {statistics.median(d.seconds for d in floors):.2f}s)"
+            f"{f'; {failed} failed: {fslow.said}' if failed else ''}"
+        )
+        out(f"  slowest nodeagent / slowest floor: {slowest.seconds / fslow.seconds:.2f}x")
+
+
+def at_scale(i: Idle, r: apiusage.Rates) -> dict[str, dict[str, float]]:
+    """The fleet at AT_SCALE nodes, from the per-agent figures, and the kubelet's."""
+    n = AT_SCALE
+    kubelet_requests = n * (1 / KUBELET_LEASE_S + 1 / KUBELET_STATUS_S)
+    kubelet_requests += n * KUBELET_WATCHES / KUBELET_REWATCH_S
+    return {
+        "nodeagent": {
+            "node_writes_per_s": r.node_writes * n / 3600,
+            "watches_held": r.watches_held * n,
+            "requests_per_s": r.requests * n / 3600,
+            "memory_gb_rss": statistics.mean(i.rss_mb) * n / 1024,
+            "memory_gb_pss": i.pss_mb_total / len(i.rss_mb) * n / 1024,
+        },
+        "kubelet": {
+            "node_writes_per_s": n / KUBELET_STATUS_S,
+            "lease_writes_per_s": n / KUBELET_LEASE_S,
+            "watches_held": float(KUBELET_WATCHES * n),
+            "requests_per_s": kubelet_requests,
+        },
+    }
+
+
+def print_scale(scale: dict[str, dict[str, float]], out: Out) -> None:
+    a, k = scale["nodeagent"], scale["kubelet"]
+    out(f"\n4. the fleet at {AT_SCALE} nodes (nodeagent from the figures above; kubelet's own)")
+    out(f"  {'':24}{'nodeagent':>12}{'kubelet':>12}")
+    out(f"  {'Node writes/s':24}{a['node_writes_per_s']:12.1f}{k['node_writes_per_s']:12.1f}")
+    out(f"  {'Lease writes/s':24}{0.0:12.1f}{k['lease_writes_per_s']:12.1f}")
+    watches = f"{a['watches_held']:12.0f}{k['watches_held']:12.0f}"
+    out(f"  {'watches held':24}{watches}  (kubelet: at least)")
+    out(f"  {'API requests/s':24}{a['requests_per_s']:12.1f}{k['requests_per_s']:12.1f}")
+    out(
+        f"  {'memory, all agents':24}{a['memory_gb_rss']:10.1f}GB  (RSS; PSS "
+        f"{a['memory_gb_pss']:.1f} GB; the kubelet's not measured here)"
+    )
+
+
+# ---- main -------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--agents", type=int, default=100, help="resident agents (default 100)")
+    parser.add_argument("--wave", type=int, default=20, help="nodes evacuated at once (20)")
+    parser.add_argument(
+        "--idle-minutes", type=float, default=10.0, help="idle window measured (default 10)"
+    )
+    parser.add_argument("--pods-per-node", type=int, default=25, help="wave pods per node (25)")
+    parser.add_argument(
+        "--throttle",
+        action="store_true",
+        help="put the agents in a priority level of one share that rejects what does not fit "
+        "(API Priority and Fairness 429s on purpose)",
+    )
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write the figures here")
+    parser.add_argument("--keep", type=Path, metavar="DIR", help="keep logs and audit log here")
+    args = parser.parse_args(argv)
+    if args.agents < 1 or args.pods_per_node < 1:
+        parser.error("--agents and --pods-per-node must be at least 1")
+    if not 0 <= args.wave <= args.agents:
+        parser.error(f"--wave must be between 0 and --agents ({args.agents})")
+    if args.idle_minutes <= 0:
+        parser.error("--idle-minutes must be more than 0")
+    return args
+
+
+def start_cluster(workdir: Path) -> Cluster:
+    return Cluster.start(
+        workdir / "cluster",
+        apiserver_extra_args=apiusage.apiserver_args(workdir),
+        sim_extra_args=SIM_ARGS,
+    )
+
+
+def run(args: argparse.Namespace, workdir: Path, out: Out) -> dict[str, Any]:
+    cluster = start_cluster(workdir)
+    residents: Residents | None = None
+    try:
+        kube = Kube.from_kubeconfig(str(cluster.kubeconfig))
+        apply_pdb_reader(kube)
+        if args.throttle:
+            apf.throttle_group(kube, apiusage.AGENTS)
+        lay = build(cluster, kube, args.agents, args.wave, args.pods_per_node)
+        out(f"{len(lay.agents)} agent nodes, {2 * len(lay.wave)} loaded; {load_line('ready')}")
+        residents = Residents(cluster, workdir / "agents", lay.agents)
+        log = apiusage.log_path(workdir)
+        s = storm(kube, residents, lay, log)
+        print_storm(s, args.agents, out)
+        time.sleep(SETTLE)
+        out(load_line("before idle"))
+        i = idle(residents, args.idle_minutes)
+        out(load_line("after idle"))
+        r = apiusage.rates(apiusage.agents_only(apiusage.read(log)), args.agents, i.start, i.end)
+        print_idle(i, r, args.agents, out)
+        drains: list[NodeDrain] = []
+        floors: list[Drain] = []
+        if lay.wave:
+            drains = wave(kube, lay, log)
+            floors = floor(cluster, kube, lay, workdir)
+            print_wave(drains, floors, out)
+            out(load_line("after wave"))
+        scale = at_scale(i, r)
+        print_scale(scale, out)
+        loop_failures = residents.loop_failures()
+        out(f"\nagent loops that failed and restarted themselves, whole run: {loop_failures}")
+        return _figures(args, s, i, r, drains, floors, scale, loop_failures)
+    finally:
+        if residents is not None:
+            residents.stop()
+        cluster.stop()
+        if args.keep:
+            _keep(args.keep, workdir)
+
+
+def _figures(
+    args: argparse.Namespace,
+    s: Storm,
+    i: Idle,
+    r: apiusage.Rates,
+    drains: list[NodeDrain],
+    floors: list[Drain],
+    scale: dict[str, dict[str, float]],
+    loop_failures: int,
+) -> dict[str, Any]:
+    hours = _hours(i)
+    return {
+        "agents": args.agents,
+        "ready_s": round(s.ready_s, 2),
+        "ready_median_s": round(s.median_s, 2),
+        "restarts": s.restarts,
+        "throttled_at_start": s.throttled,
+        "loop_failures": loop_failures,
+        "idle_minutes": round(i.seconds / 60, 2),
+        "node_writes_per_agent_hour": round(r.node_writes, 2),
+        "reads_per_agent_hour": round(r.reads, 2),
+        "requests_per_agent_hour": round(r.requests, 2),
+        "requests_per_agent_hour_by_kind": {
+            f"{verb} {res}": round(x, 2) for (verb, res), x in r.by_kind.items()
+        },
+        "watches_per_agent": round(r.watches_held, 2),
+        "watches_per_agent_max": r.watches_held_max,
+        "rss_mb_max": round(max(i.rss_mb), 1),
+        "rss_mb_median": round(statistics.median(i.rss_mb), 1),
+        "pss_mb_total": round(i.pss_mb_total, 1),
+        "cpu_s_per_agent_hour": round(max(i.cpu_s) / hours, 2),
+        "cpu_s_per_agent_hour_median": round(statistics.median(i.cpu_s) / hours, 2),
+        "wave": len(drains),
+        "wave_slowest_s": round(max(d.seconds for d in drains), 2) if drains else None,
+        "wave_drains": [asdict(d) for d in drains],
+        "wave_floor_slowest_s": round(max(d.seconds for d in floors), 2) if floors else None,
+        "wave_floor_failed": sum(1 for d in floors if d.failed),
+        "at_5000_nodes": scale,
+        "load_average": os.getloadavg(),
+    }
+
+
+def _keep(keep: Path, workdir: Path) -> None:
+    import shutil
+
+    keep.mkdir(parents=True, exist_ok=True)
+    for name in ("audit.log",):
+        if (workdir / name).exists():
+            shutil.copyfile(workdir / name, keep / name)
+    for sub in ("agents", "cluster/logs"):
+        if (workdir / sub).exists():
+            shutil.copytree(workdir / sub, keep / sub.replace("/", "-"), dirs_exist_ok=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    compile_bytecode()
+    print(load_line("start"), flush=True)
+
+    def out(line: str) -> None:
+        print(line, flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="nodeagent-fleet-") as tmp:
+        figures = run(args, Path(tmp), out)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    return 0 if figures["restarts"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -13,7 +13,6 @@ from pathlib import Path
 
 from bench import audit
 from bench.drainers import REPO, Drain, Drainer
-from bench.fleet import FleetRun, Shape
 
 Out = Callable[[str], None]
 STARTUP_RUNS = 5
@@ -142,36 +141,6 @@ def _total(sums: list[audit.Summary]) -> audit.Summary:
         reads=sum(s.reads for s in sums),
         throttled=sum(s.throttled for s in sums),
     )
-
-
-def fleet(shape: Shape, runs: list[FleetRun], log: Path, out: Out) -> None:
-    """Each run's slowest, median and fastest drain, and the ratio of the medians (over
-    rounds) of the slowest nodeagent and the slowest floor drain."""
-    out(f"\nfleet: {shape.nodes} nodes x {shape.pods_per_node} pods, drained at once")
-    logged = audit.read(log)
-    requests = audit.by_user(logged)
-    slowest: dict[Drainer, list[float]] = {}
-    ends = []
-    for r in sorted(runs, key=lambda r: list(Drainer).index(r.drainer)):
-        times = sorted(d.seconds for d in r.drains)
-        slowest.setdefault(r.drainer, []).append(times[-1])
-        sums = [audit.summarize(requests.get(d.user, []), d.namespace) for d in r.drains]
-        name = f"{r.drainer.value} #{len(slowest[r.drainer])}"
-        out(
-            f"  {name:15} slowest {times[-1]:.2f}s, median "
-            f"{statistics.median(times):.2f}s, fastest {times[0]:.2f}s; "
-            f"429 answers {sum(s.throttled for s in sums)}, "
-            f"writes beyond eviction {sum(s.other_writes for s in sums)}, "
-            f"CPU {sum(d.cpu for d in r.drains):.2f}s in all"
-        )
-        ranked = sorted(r.drains, key=lambda d: d.seconds)
-        ends += [(f"{name} fastest", ranked[0]), (f"{name} slowest", ranked[-1])]
-    _phases(ends, logged, out)
-    agent, floor = slowest.get(Drainer.NODEAGENT), slowest.get(Drainer.FLOOR)
-    if agent and floor:
-        ratio = statistics.median(agent) / statistics.median(floor)
-        what = "median over rounds of " if len(agent) > 1 else ""
-        out(f"  {what}slowest nodeagent / slowest floor = {ratio:.2f} (goal <= 1.2)")
 
 
 def failures(drains: list[Drain], out: Out) -> int:

@@ -132,6 +132,7 @@ class Cluster:
     ports: dict[str, int]
     procs: dict[str, ProcRef] = field(default_factory=dict)
     apiserver_extra_args: list[str] = field(default_factory=list)
+    sim_extra_args: list[str] = field(default_factory=list)
     _children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
     _kube: Kube | None = field(default=None, repr=False)
 
@@ -174,19 +175,28 @@ class Cluster:
         *,
         bin_dir: Path | None = None,
         apiserver_extra_args: Sequence[str] = (),
+        sim_extra_args: Sequence[str] = (),
     ) -> Cluster:
         """Start etcd, the control plane and the kubelet simulator; return when all are ready.
 
         `apiserver_extra_args` are appended to kube-apiserver's flags (and kept for
         start_apiserver()), e.g. ["--watch-cache=false"] so that watches and lists at a
-        compacted resourceVersion reach etcd and get 410 Gone.
+        compacted resourceVersion reach etcd and get 410 Gone. `sim_extra_args` go to the
+        kubelet simulator, e.g. the kubelet's own Lease and status cadence for a fleet of
+        nodes (["--lease-interval=10", "--status-interval=300"]).
         """
         workdir = Path(workdir).expanduser().absolute()
         if stray_processes(workdir):
             raise ClusterError(f"a cluster is (partly) running in {workdir}: stop it first")
         bins = bin_dir or find_binaries()
         ports = dict(zip(PORTS, free_ports(len(PORTS)), strict=True))
-        cluster = cls(workdir, bins, ports, apiserver_extra_args=list(apiserver_extra_args))
+        cluster = cls(
+            workdir,
+            bins,
+            ports,
+            apiserver_extra_args=list(apiserver_extra_args),
+            sim_extra_args=list(sim_extra_args),
+        )
         try:
             cluster._prepare()
             cluster._launch(ETCD)
@@ -213,7 +223,8 @@ class Cluster:
             raise ClusterError(f"no cluster state in {workdir}") from exc
         procs = {n: ProcRef(int(p["pid"]), int(p["started"])) for n, p in state["procs"].items()}
         extra = [str(a) for a in state.get("apiserver_extra_args") or []]
-        return cls(workdir, Path(state["bin_dir"]), dict(state["ports"]), procs, extra)
+        sim = [str(a) for a in state.get("sim_extra_args") or []]
+        return cls(workdir, Path(state["bin_dir"]), dict(state["ports"]), procs, extra, sim)
 
     def running(self) -> bool:
         """True when every component is alive."""
@@ -534,6 +545,7 @@ class Cluster:
             "hack.localcluster.kubelet_sim",
             f"--kubeconfig={self.kubeconfig}",
             f"--ready-file={self._sim_ready_file}",
+            *self.sim_extra_args,
         ]
 
     @property
@@ -594,6 +606,7 @@ class Cluster:
             "ports": self.ports,
             "procs": {n: {"pid": r.pid, "started": r.started} for n, r in self.procs.items()},
             "apiserver_extra_args": self.apiserver_extra_args,
+            "sim_extra_args": self.sim_extra_args,
             "kubeconfig": str(self.kubeconfig),
             "server": self.server,
         }

@@ -1,0 +1,168 @@
+"""What a fleet of resident agents asks of the API server, from its audit log.
+
+Every agent runs as its node, as the host form does by default (client certificate
+CN=system:node:<node>, O=system:nodes), so the audit policy logs that group (Metadata
+level: verb, resource, user, code, stage times, never bodies); the controllers and the
+kubelet simulator run as other users and are not logged, but for the simulator's pod
+DELETEs, which time a drain's last pod (bench/audit.py). The floor's drains log as
+bench/audit.py's DRAINERS group. A watch is logged when its response starts and when it
+ends, so the log also says how many watches each agent held and for how long.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from bench.audit import DRAINERS, SIM_USER
+
+AGENTS = "system:nodes"
+AGENT_PREFIX = "system:node:"
+POLICY = f"""apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    userGroups: ["{AGENTS}", "{DRAINERS}"]
+  - level: Metadata
+    users: ["{SIM_USER}"]
+    verbs: ["delete"]
+    resources: [{{group: "", resources: ["pods"]}}]
+  - level: None
+"""
+WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+READS = frozenset({"get", "list"})
+NODE_RESOURCES = frozenset({"nodes", "nodes/status"})
+
+
+def apiserver_args(workdir: Path) -> list[str]:
+    """kube-apiserver flags logging the agents' and the floor's requests."""
+    policy = workdir / "fleet-audit-policy.yaml"
+    policy.write_text(POLICY)
+    return [f"--audit-policy-file={policy}", f"--audit-log-path={log_path(workdir)}"]
+
+
+def log_path(workdir: Path) -> Path:
+    return workdir / "audit.log"
+
+
+@dataclass
+class Call:
+    user: str
+    verb: str
+    resource: str  # "nodes/status", "pods/eviction", "leases.coordination.k8s.io"
+    namespace: str
+    code: int
+    received: float  # seconds since the epoch (the API server's clock: this machine's)
+    completed: float | None  # None: still running (a watch held open)
+
+
+def _stamp(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+def _resource(event: dict[str, Any]) -> str:
+    ref = event.get("objectRef")
+    if not ref:  # discovery and other non-resource paths
+        return str(event.get("requestURI", "?")).split("?")[0]
+    name = str(ref.get("resource", "?"))
+    if ref.get("apiGroup"):
+        name += f".{ref['apiGroup']}"
+    if ref.get("subresource"):
+        name += f"/{ref['subresource']}"
+    return name
+
+
+def read(path: Path) -> list[Call]:
+    """Every logged request once, with its completion time if it completed."""
+    calls: dict[str, Call] = {}
+    with path.open() as fh:
+        for line in fh:
+            event = json.loads(line)
+            call = calls.get(event["auditID"])
+            if call is None:
+                call = calls[event["auditID"]] = Call(
+                    user=event["user"]["username"],
+                    verb=event["verb"],
+                    resource=_resource(event),
+                    namespace=str((event.get("objectRef") or {}).get("namespace", "")),
+                    code=int((event.get("responseStatus") or {}).get("code") or 0),
+                    received=_stamp(event["requestReceivedTimestamp"]),
+                    completed=None,
+                )
+            if event["stage"] in ("ResponseComplete", "Panic"):
+                call.completed = _stamp(event["stageTimestamp"])
+                call.code = int((event.get("responseStatus") or {}).get("code") or call.code)
+    return sorted(calls.values(), key=lambda c: c.received)
+
+
+def agents_only(calls: list[Call]) -> list[Call]:
+    return [c for c in calls if c.user.startswith(AGENT_PREFIX)]
+
+
+def within(calls: list[Call], start: float, end: float) -> list[Call]:
+    return [c for c in calls if start <= c.received < end]
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Requests per agent-hour in a window, and the watches held meanwhile."""
+
+    by_kind: dict[tuple[str, str], float]  # (verb, resource) -> per agent-hour
+    node_writes: float  # writes to nodes and nodes/status
+    reads: float  # get and list (a watch is neither)
+    watch_starts: float  # watch requests (each resumes a watch that ended)
+    requests: float  # every request, watches included
+    watches_held: float  # mean open watches per agent over the window
+    watches_held_max: int  # most open watches of one agent at any start or end of one
+    throttled: int  # 429 answers in the window, all agents
+
+
+def rates(calls: list[Call], agents: int, start: float, end: float) -> Rates:
+    """`calls` of the agents only (agents_only); the window is [start, end)."""
+    hours = (end - start) / 3600
+    seen = within(calls, start, end)
+    kinds = Counter((c.verb, c.resource) for c in seen)
+    per = 1 / (agents * hours)
+    by_kind = {k: n * per for k, n in sorted(kinds.items())}
+    node_writes = sum(n for (v, r), n in kinds.items() if v in WRITES and r in NODE_RESOURCES)
+    reads = sum(n for (v, _r), n in kinds.items() if v in READS)
+    watch_starts = sum(n for (v, _r), n in kinds.items() if v == "watch")
+    held, most = _watches_held(calls, start, end)
+    return Rates(
+        by_kind=by_kind,
+        node_writes=node_writes * per,
+        reads=reads * per,
+        watch_starts=watch_starts * per,
+        requests=len(seen) * per,
+        watches_held=held / agents,
+        watches_held_max=most,
+        throttled=sum(1 for c in seen if c.code == 429),
+    )
+
+
+def _watches_held(calls: list[Call], start: float, end: float) -> tuple[float, int]:
+    """(open watches of all agents, averaged over the window; the most one agent held at
+    once). A watch still open at the end of the log counts as open until `end`."""
+    watches = [c for c in calls if c.verb == "watch" and c.code in (0, 200)]
+    total = 0.0
+    for w in watches:
+        until = w.completed if w.completed is not None else end
+        total += max(0.0, min(until, end) - max(w.received, start))
+    most = 0
+    for user in {w.user for w in watches}:
+        mine = [w for w in watches if w.user == user]
+        edges = sorted({w.received for w in mine} | {w.completed or end for w in mine})
+        for t in edges:
+            if start <= t < end:
+                most = max(most, sum(1 for w in mine if w.received <= t < (w.completed or end)))
+    return total / (end - start), most
+
+
+def throttled(calls: list[Call], start: float, end: float) -> int:
+    """429 answers to the agents in [start, end)."""
+    return sum(1 for c in within(calls, start, end) if c.code == 429)
