@@ -166,3 +166,19 @@ def _watches_held(calls: list[Call], start: float, end: float) -> tuple[float, i
 def throttled(calls: list[Call], start: float, end: float) -> int:
     """429 answers to the agents in [start, end)."""
     return sum(1 for c in within(calls, start, end) if c.code == 429)
+
+
+def unanswered_429s(calls: list[Call], start: float, end: float) -> list[Call]:
+    """The 429s in [start, end) after which the same user never made the same request
+    (verb, resource, namespace) again with success: the refusals a client gave up on."""
+    return [
+        c
+        for c in within(calls, start, end)
+        if c.code == 429
+        and not any(
+            (d.user, d.verb, d.resource, d.namespace) == (c.user, c.verb, c.resource, c.namespace)
+            and d.received > c.received
+            and 200 <= d.code < 300
+            for d in calls
+        )
+    ]
