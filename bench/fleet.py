@@ -166,11 +166,13 @@ class Storm:
     restarts: int  # agents that exited and were started again
     exits: list[tuple[str, int]]
     throttled: int  # 429s the agents got (and waited out) meanwhile
+    cpu_s: list[float]  # each agent's CPU from its start until every agent was ready
 
 
 def storm(kube: Kube, residents: Residents, lay: Layout, audit_log: Path) -> Storm:
     began = residents.start()
     ready = wait_ready(kube, lay, began, READY_TIMEOUT)
+    cpu = [a.cpu_seconds() for a in residents.agents]
     time.sleep(1.0)  # the last requests' audit entries
     calls = apiusage.agents_only(apiusage.read(audit_log))
     end = began + max(ready.values()) + 1.0
@@ -180,6 +182,7 @@ def storm(kube: Kube, residents: Residents, lay: Layout, audit_log: Path) -> Sto
         restarts=residents.restarts,
         exits=residents.exit_codes(),
         throttled=apiusage.throttled(calls, began, end),
+        cpu_s=cpu,
     )
 
 
@@ -313,6 +316,12 @@ def print_storm(s: Storm, agents: int, out: Out) -> None:
     out(
         f"  every NodeAgentReady True after {s.ready_s:.1f}s (median {s.median_s:.1f}s); "
         f"restarts {s.restarts}; 429s waited out {s.throttled}"
+    )
+    cores = os.cpu_count() or 1
+    out(
+        f"  CPU the agents used until then: {sum(s.cpu_s):.1f}s in all, "
+        f"{statistics.median(s.cpu_s):.2f}s each (median): {sum(s.cpu_s) / cores:.1f}s "
+        f"of the {cores} cores' time"
     )
     for node, code in s.exits[:10]:
         out(f"  exited: {node} code {code}")
@@ -492,6 +501,8 @@ def _figures(
         "ready_s": round(s.ready_s, 2),
         "ready_median_s": round(s.median_s, 2),
         "restarts": s.restarts,
+        "start_cpu_s_per_agent": round(statistics.median(s.cpu_s), 3),
+        "start_cpu_s_total": round(sum(s.cpu_s), 1),
         "throttled_at_start": s.throttled,
         "loop_failures": loop_failures,
         "idle_minutes": round(i.seconds / 60, 2),
