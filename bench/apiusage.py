@@ -156,7 +156,7 @@ def _watches_held(calls: list[Call], start: float, end: float) -> tuple[float, i
     most = 0
     for user in {w.user for w in watches}:
         mine = [w for w in watches if w.user == user]
-        edges = sorted({w.received for w in mine} | {w.completed or end for w in mine})
+        edges = sorted({start} | {w.received for w in mine} | {w.completed or end for w in mine})
         for t in edges:
             if start <= t < end:
                 most = max(most, sum(1 for w in mine if w.received <= t < (w.completed or end)))

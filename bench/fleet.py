@@ -198,11 +198,22 @@ class Idle:
     rss_mb: list[float]  # per agent, at the end
     pss_mb_total: float  # proportional set size of all agents together (shared pages split)
     threads: list[int]
+    control_plane_cpu_s: dict[str, float]  # over the window: the API server, etcd, simulator
 
 
-def idle(residents: Residents, minutes: float) -> Idle:
+def _cpu(pid: int) -> float:
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return 0.0
+    return float(times.user + times.system)
+
+
+def idle(cluster: Cluster, residents: Residents, minutes: float) -> Idle:
     procs = [psutil.Process(a.proc.pid) for a in residents.agents if a.proc]
     cpu0 = [a.cpu_seconds() for a in residents.agents]
+    control = {name: ref.pid for name, ref in cluster.procs.items()}
+    control0 = {name: _cpu(pid) for name, pid in control.items()}
     start = time.time()
     time.sleep(minutes * 60)
     end = time.time()
@@ -219,6 +230,7 @@ def idle(residents: Residents, minutes: float) -> Idle:
         rss_mb=[a.rss_mb() for a in residents.agents],
         pss_mb_total=pss,
         threads=[p.num_threads() for p in procs if p.is_running()],
+        control_plane_cpu_s={n: _cpu(pid) - control0[n] for n, pid in control.items()},
     )
 
 
@@ -346,6 +358,8 @@ def print_idle(i: Idle, r: apiusage.Rates, agents: int, out: Out) -> None:
         f"  CPU per agent-hour: max {max(cpu):.2f}s, median {statistics.median(cpu):.2f}s; "
         f"threads per agent {statistics.median(i.threads):.0f}"
     )
+    busy = ", ".join(f"{n} {100 * c / i.seconds:.1f}%" for n, c in i.control_plane_cpu_s.items())
+    out(f"  meanwhile, CPU of one core: {busy}")
 
 
 def print_wave(drains: list[NodeDrain], floors: list[Drain], out: Out) -> None:
@@ -461,7 +475,7 @@ def run(args: argparse.Namespace, workdir: Path, out: Out) -> dict[str, Any]:
         print_storm(s, args.agents, out)
         time.sleep(SETTLE)
         out(load_line("before idle"))
-        i = idle(residents, args.idle_minutes)
+        i = idle(cluster, residents, args.idle_minutes)
         out(load_line("after idle"))
         r = apiusage.rates(apiusage.agents_only(apiusage.read(log)), args.agents, i.start, i.end)
         print_idle(i, r, args.agents, out)
@@ -519,6 +533,7 @@ def _figures(
         "pss_mb_total": round(i.pss_mb_total, 1),
         "cpu_s_per_agent_hour": round(max(i.cpu_s) / hours, 2),
         "cpu_s_per_agent_hour_median": round(statistics.median(i.cpu_s) / hours, 2),
+        "control_plane_cpu_s_idle": {n: round(c, 1) for n, c in i.control_plane_cpu_s.items()},
         "wave": len(drains),
         "wave_slowest_s": round(max(d.seconds for d in drains), 2) if drains else None,
         "wave_drains": [asdict(d) for d in drains],
