@@ -29,6 +29,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -167,6 +168,7 @@ class Storm:
     exits: list[tuple[str, int]]
     throttled: int  # 429s the agents got (and waited out) meanwhile
     cpu_s: list[float]  # each agent's CPU from its start until every agent was ready
+    requests: dict[tuple[str, str], float]  # per agent until then, by (verb, resource)
 
 
 def storm(kube: Kube, residents: Residents, lay: Layout, audit_log: Path) -> Storm:
@@ -176,6 +178,7 @@ def storm(kube: Kube, residents: Residents, lay: Layout, audit_log: Path) -> Sto
     time.sleep(1.0)  # the last requests' audit entries
     calls = apiusage.agents_only(apiusage.read(audit_log))
     end = began + max(ready.values()) + 1.0
+    kinds = Counter((c.verb, c.resource) for c in apiusage.within(calls, began, end))
     return Storm(
         ready_s=max(ready.values()),
         median_s=statistics.median(ready.values()),
@@ -183,6 +186,7 @@ def storm(kube: Kube, residents: Residents, lay: Layout, audit_log: Path) -> Sto
         exits=residents.exit_codes(),
         throttled=apiusage.throttled(calls, began, end),
         cpu_s=cpu,
+        requests={k: n / len(lay.agents) for k, n in sorted(kinds.items())},
     )
 
 
@@ -335,6 +339,8 @@ def print_storm(s: Storm, agents: int, out: Out) -> None:
         f"{statistics.median(s.cpu_s):.2f}s each (median): {sum(s.cpu_s) / cores:.1f}s "
         f"of the {cores} cores' time"
     )
+    each = ", ".join(f"{v} {r} {n:.1f}" for (v, r), n in s.requests.items())
+    out(f"  requests per agent until then: {sum(s.requests.values()):.1f} ({each})")
     for node, code in s.exits[:10]:
         out(f"  exited: {node} code {code}")
 
@@ -517,6 +523,7 @@ def _figures(
         "restarts": s.restarts,
         "start_cpu_s_per_agent": round(statistics.median(s.cpu_s), 3),
         "start_cpu_s_total": round(sum(s.cpu_s), 1),
+        "start_requests_per_agent": round(sum(s.requests.values()), 1),
         "throttled_at_start": s.throttled,
         "loop_failures": loop_failures,
         "idle_minutes": round(i.seconds / 60, 2),
