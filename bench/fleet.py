@@ -457,10 +457,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def start_cluster(workdir: Path) -> Cluster:
+def start_cluster(workdir: Path, apiserver_args: list[str] | None = None) -> Cluster:
     return Cluster.start(
         workdir / "cluster",
-        apiserver_extra_args=apiusage.apiserver_args(workdir),
+        apiserver_extra_args=apiusage.apiserver_args(workdir) + (apiserver_args or []),
         sim_extra_args=SIM_ARGS,
     )
 

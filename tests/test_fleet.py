@@ -1,9 +1,9 @@
 """A fleet of resident agents at a size CI can carry (bench/fleet.py measures 100).
 
-A cluster of its own, with the audit log of bench/apiusage.py and every agent (one
-`nodeagent run` per simulated node, each as its node) in a priority level of one share
-that rejects what does not fit: all agents started at once get 429s from API Priority
-and Fairness. Each must wait them out: every agent ready, none exiting (the bench starts
+A cluster of its own, with the audit log of bench/apiusage.py, a small API server and
+every agent (one `nodeagent run` per simulated node, each as its node) in a priority level
+of one share that rejects what does not fit: all agents started at once get 429s from API
+Priority and Fairness. Each must wait them out: every agent ready, none exiting (the bench starts
 an agent that exits again and counts it), then every node of an evacuation wave drained.
 Deadlines here are bounds, not goals: the timing goals live in the bench.
 """
@@ -24,6 +24,9 @@ from nodeagent.kube.client import Kube
 from tests import kubeutil as ku
 
 AGENTS, WAVE, PODS = 16, 4, 5
+# A server of 60 seats (the later flags win): the agents' level of one share then has one
+# seat, and agents starting together collide on it whatever the machine's speed.
+SMALL_SERVER = ["--max-requests-inflight=40", "--max-mutating-requests-inflight=20"]
 
 
 @dataclass
@@ -36,7 +39,7 @@ class Fleet:
 @pytest.fixture(scope="module")
 def throttled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     workdir = tmp_path_factory.mktemp("fleet")
-    cluster = fleet.start_cluster(workdir)
+    cluster = fleet.start_cluster(workdir, SMALL_SERVER)
     try:
         kube = Kube.from_kubeconfig(str(cluster.kubeconfig))
         fleet.apply_pdb_reader(kube)
