@@ -60,6 +60,12 @@ CONTROLLERS = (
     # Claims bind to (static) volumes; volumes attach and detach through VolumeAttachments.
     "persistentvolume-binder-controller",
     "persistentvolume-attach-detach-controller",
+    # Runs the NoExecute taint manager; it must share a process with the node lifecycle
+    # controller, which taints Nodes not-ready/unreachable (kubeadm's default set has both).
+    "taint-eviction-controller",
+    # What Services route on: kube-proxy (hack/realnode/traffic.py) reads EndpointSlices.
+    "endpointslice-controller",
+    "endpointslice-mirroring-controller",
     "namespace-controller",
     "garbage-collector-controller",
     "deployment-controller",

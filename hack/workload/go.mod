@@ -1,0 +1,3 @@
+module nodeagent.local/workload
+
+go 1.22
