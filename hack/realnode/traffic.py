@@ -174,7 +174,9 @@ class ClientNet:
         end = time.monotonic() + 10
         while "relaying" not in (self.workdir / "relay.log").read_text():
             if child.poll() is not None or time.monotonic() > end:
-                raise ClientError(f"the API relay failed: {(self.workdir / 'relay.log').read_text()}")
+                raise ClientError(
+                    f"the API relay failed: {(self.workdir / 'relay.log').read_text()}"
+                )
             time.sleep(0.05)
 
     def _start_proxy(self, binary: Path) -> None:

@@ -1,0 +1,107 @@
+"""Departure benchmark: requests lost while a node leaves, on real nodes under real traffic.
+
+    python bench/departure.py [--only KIND,...] [--configs CONFIG,...] [--json FILE]
+
+Each cell boots two real nodes (hack/realnode) with a configuration, spreads the service
+(hack/workload) over them behind a ClusterIP Service, sends ~50 requests/s through a real
+kube-proxy (hack/realnode/traffic.py) plus long requests, and makes one node leave
+(bench/departure_scene.py). It prints one row per cell; --json writes them all.
+
+kinds: poweroff (systemctl poweroff on the node), evacuate (the evacuate taint; the node is
+powered off once drained, or after 15 s without the agent, as an autoscaler would).
+configs: none (no agent, the kubelet's graceful shutdown off), gns (the kubelet's graceful
+shutdown: 30 s, 10 s for critical pods), nodeagent (the agent from its .deb, README defaults),
+nodeagent+gns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: the checkout is the import root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.departure_metrics import summarize
+from bench.departure_scene import CONFIGS, Kind, Scene
+from hack.localcluster.cluster import Cluster, ClusterError
+
+KINDS = ("poweroff", "evacuate", "reboot", "stop", "rolling-reboot", "sigterm-ignoring",
+         "daemonset-poweroff")  # fmt: skip
+IMPLEMENTED = {k.value: k for k in Kind}
+COLUMNS = ("kind", "config", "sent", "failed", "long_cut", "longest_failure_s", "p50_ms",
+           "p99_ms", "release_s", "off_s", "routed_to_departed_until_s")  # fmt: skip
+USAGE = 2
+
+
+def _list(value: str, known: tuple[str, ...] | list[str], what: str) -> list[str]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    unknown = [v for v in items if v not in known]
+    if unknown or not items:
+        raise ValueError(f"unknown {what} {unknown or value!r}; known: {', '.join(known)}")
+    return items
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bench/departure.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="poweroff,evacuate", help="kinds, comma-separated")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help="configs, comma-separated")
+    parser.add_argument("--json", type=Path, help="write the cells here")
+    return parser
+
+
+def _row(cell: dict[str, Any]) -> str:
+    return "  ".join(f"{'-' if cell.get(c) is None else cell[c]!s:>8}" for c in COLUMNS)
+
+
+def run_cell(cluster: Cluster, root: Path, kind: str, config: str) -> dict[str, Any]:
+    group = f"dep-{secrets.token_hex(2)}"
+    with Scene.up(cluster, root / group, group, CONFIGS[config]) as scene:
+        departure = scene.depart(IMPLEMENTED[kind])
+    return summarize(departure)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        kinds = _list(args.only, KINDS, "kind")
+        configs = _list(args.configs, list(CONFIGS), "config")
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return USAGE
+    missing = [k for k in kinds if k not in IMPLEMENTED]
+    if missing:
+        print(f"error: kind {', '.join(missing)} is not implemented yet", file=sys.stderr)
+        return USAGE
+    cells: list[dict[str, Any]] = []
+    root = Path(tempfile.mkdtemp(prefix="departure-"))
+    print(f"work files in {root}", flush=True)
+    print("  ".join(f"{c[:8]:>8}" for c in COLUMNS), flush=True)
+    try:
+        cluster = Cluster.start(root / "cluster")
+    except ClusterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        for kind in kinds:
+            for config in configs:
+                started = time.monotonic()
+                cell = run_cell(cluster, root, kind, config)
+                cell["cell_s"] = round(time.monotonic() - started, 1)
+                cells.append(cell)
+                print(_row(cell), flush=True)
+                if args.json:
+                    args.json.write_text(json.dumps(cells, indent=2) + "\n")
+    finally:
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""What one departure cost the clients: pure functions over the client's results."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ERRORS = ("refused", "reset", "timeout", "unreachable", "5xx", "other")
+# Failures closer together than this are one outage.
+EPISODE_GAP_S = 2.0
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def longest_failure(rows: list[dict[str, Any]]) -> float:
+    """The longest outage: failures less than EPISODE_GAP_S apart, first start to last end."""
+    fails = sorted((r["start"], r["start"] + r["seconds"]) for r in rows if not r["ok"])
+    longest, begin, end = 0.0, None, 0.0
+    for start, stop in fails:
+        if begin is None or start - end > EPISODE_GAP_S:
+            begin = start
+            end = stop
+        else:
+            end = max(end, stop)
+        longest = max(longest, end - begin)
+    return longest
+
+
+def summarize(departure: Any) -> dict[str, Any]:
+    """One cell of the table (departure: bench.departure_scene.Departure)."""
+    steady = departure.steady
+    ok_ms = [r["seconds"] * 1000 for r in steady if r["ok"]]
+    failed = [r for r in steady if not r["ok"]]
+    longs = departure.long
+    t0 = departure.started
+    leaving = set(departure.leaving_pods)
+    cell: dict[str, Any] = {
+        "kind": departure.kind,
+        "config": departure.config,
+        "sent": len(steady),
+        "failed": len(failed),
+        "failed_pct": round(100.0 * len(failed) / len(steady), 2) if steady else None,
+        **{f"failed_{e}": sum(1 for r in failed if r["error"] == e) for e in ERRORS},
+        "served_by_departed": sum(1 for r in steady if r.get("served_by") in leaving),
+        "retried_keepalive": sum(1 for r in steady if r.get("retried")),
+        "long_sent": len(longs),
+        "long_completed": sum(1 for r in longs if r["ok"]),
+        "long_cut": sum(1 for r in longs if not r["ok"]),
+        "longest_failure_s": round(longest_failure(steady), 2),
+        "p50_ms": _round(percentile(ok_ms, 0.50)),
+        "p99_ms": _round(percentile(ok_ms, 0.99)),
+        "release_s": _since(departure.released, t0),
+        "off_s": _since(departure.off, t0),
+        "first_failure_s": _since(min((r["start"] for r in failed), default=None), t0),
+        "last_failure_s": _since(max((r["start"] for r in failed), default=None), t0),
+        "routed_to_departed_until_s": _since(_last_routed(departure), t0),
+        "notes": departure.notes,
+    }
+    if longs:
+        cell["long_errors"] = sorted({r["error"] for r in longs if not r["ok"]})
+    return cell
+
+
+def _last_routed(departure: Any) -> float | None:
+    """When kube-proxy stopped routing to the departed node's pods (None: never did)."""
+    ips = set(departure.leaving_ips)
+    for when, endpoints in departure.endpoints:
+        if not ips & {e.split(":")[0] for e in endpoints}:
+            return float(when)
+    return None
+
+
+def _since(when: float | None, t0: float) -> float | None:
+    return None if when is None else round(when - t0, 1)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)

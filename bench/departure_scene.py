@@ -1,0 +1,416 @@
+"""One departure under traffic on real nodes: the scene the benchmark and its test share.
+
+Two real nodes (hack/realnode), ``leaving`` and ``staying``; the service (hack/workload) as
+a Deployment spread over both, a do-not-disrupt pod on the leaving node, a PDB and a
+ClusterIP Service; a client namespace whose real kube-proxy runs as the staying node
+(hack/realnode/traffic.py). :meth:`Scene.depart` sends steady traffic and long requests
+through the Service while the leaving node departs, and returns every request's result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from hack.localcluster.cluster import Cluster
+from hack.localcluster.kubeapi import ApiError
+from hack.realnode import NodeOptions, RealNode
+from hack.realnode.paths import REPO
+from hack.realnode.traffic import ClientNet
+from hack.realnode.workload import PORT, WORKLOAD_IMAGE, import_into
+from tests.nspawn import VERBOSE_DROPIN, build_deb, dpkg_offline, realtime
+
+GROUP_LABEL = "test.nodeagent.io/group"
+DND = "karpenter.sh/do-not-disrupt"
+EVACUATE_TAINT = "nodeagent.io/evacuate"  # the agent's default evacuate.taints
+APP = "web"
+REPLICAS = 4
+PRESTOP_S = 5
+LONG_S = 20
+# Covers the preStop pause and the long request with room to spare.
+GRACE_S = 45
+RATE = 50.0
+WARMUP_S = 5.0
+# How long an autoscaler without the agent waits between its taint and the termination.
+EVACUATE_WAIT_S = 15.0
+# After the node is off and kube-proxy no longer routes to it: traffic goes on this long.
+TAIL_S = 3.0
+DEPARTURE_CAP_S = 240.0
+READY_TIMEOUT = 180.0
+
+
+class Kind(Enum):
+    POWEROFF = "poweroff"
+    EVACUATE = "evacuate"
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    agent: bool
+    gns: bool
+
+    def node_options(self, group: str) -> NodeOptions:
+        grace, critical = (30, 10) if self.gns else (0, 0)
+        return NodeOptions(
+            labels={GROUP_LABEL: group},
+            shutdown_grace=grace,
+            shutdown_grace_critical=critical,
+        )
+
+
+CONFIGS = {
+    c.name: c
+    for c in (
+        Config("none", agent=False, gns=False),
+        Config("gns", agent=False, gns=True),
+        Config("nodeagent", agent=True, gns=False),
+        Config("nodeagent+gns", agent=True, gns=True),
+    )
+}
+
+
+def agent_config(node: str, extra: str = "") -> str:
+    """The README's configuration: its defaults, the node's name and a kubeconfig."""
+    return f'node = "{node}"\nkubeconfig = "/etc/nodeagent/kubeconfig"\n{extra}'
+
+
+def install_agent(node: RealNode, kubeconfig: Path, config: str) -> None:
+    """The agent's package in the node's root, as tests/test_realnode.py installs it."""
+    dpkg_offline(node.root, build_deb())
+    dropin = node.path("etc/systemd/system/nodeagent.service.d/verbose.conf")
+    dropin.parent.mkdir(parents=True, exist_ok=True)
+    dropin.write_text(VERBOSE_DROPIN)
+    etc = node.path("etc/nodeagent")
+    (etc / "kubeconfig").write_text(kubeconfig.read_text())
+    (etc / "kubeconfig").chmod(0o600)
+    (etc / "config.toml").write_text(config)
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str, step: float = 0.5) -> Any:
+    end = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(step)
+
+
+# ---- the workload's objects --------------------------------------------------------------
+
+
+def container() -> dict[str, Any]:
+    probe = {"exec": {"command": ["/workload", "-get", "/healthz"]}}
+    return {
+        "name": "app",
+        "image": WORKLOAD_IMAGE,
+        "imagePullPolicy": "Never",
+        "ports": [{"containerPort": PORT, "name": "http"}],
+        "readinessProbe": {**probe, "periodSeconds": 2, "failureThreshold": 1},
+        "lifecycle": {
+            "preStop": {"exec": {"command": ["/workload", "-get", f"/prestop?s={PRESTOP_S}"]}}
+        },
+    }
+
+
+def pod_spec(group: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "nodeSelector": {GROUP_LABEL: group},
+        "terminationGracePeriodSeconds": GRACE_S,
+        # The local control plane publishes no root CA: no token volume.
+        "automountServiceAccountToken": False,
+        "containers": [container()],
+        **extra,
+    }
+
+
+def deployment(ns: str, name: str, tier: str, replicas: int, spec: dict[str, Any],
+               annotations: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    labels = {"app": APP, "tier": tier}
+    return {
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels, "annotations": annotations or {}},
+                "spec": spec,
+            },
+        },
+    }
+
+
+def spread(tier: str) -> list[dict[str, Any]]:
+    """Even over the nodes, counting only nodes pods may go to (a cordon takes one out)."""
+    return [
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": APP, "tier": tier}},
+            "nodeTaintsPolicy": "Honor",
+        }
+    ]
+
+
+def prefer(node: str) -> dict[str, Any]:
+    term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                  "values": [node]}]}  # fmt: skip
+    return {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "preference": term}]}}  # fmt: skip
+
+
+# ---- the scene ---------------------------------------------------------------------------
+
+
+@dataclass
+class Departure:
+    """What the client saw and when things happened (wall clock)."""
+
+    kind: str
+    config: str
+    started: float
+    released: float | None
+    off: float | None
+    steady: list[dict[str, Any]]
+    long: list[dict[str, Any]]
+    endpoints: list[tuple[float, list[str]]]  # what kube-proxy programmed, when it changed
+    leaving_ips: list[str]
+    leaving_pods: list[str]
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Scene:
+    cluster: Cluster
+    workdir: Path
+    group: str
+    config: Config
+    leaving: RealNode
+    staying: RealNode
+    client: ClientNet
+    service_ip: str = ""
+
+    @property
+    def ns(self) -> str:
+        return self.group
+
+    @classmethod
+    @contextlib.contextmanager
+    def up(
+        cls, cluster: Cluster, workdir: Path, group: str, config: Config, agent_extra: str = ""
+    ) -> Iterator[Scene]:
+        """Nodes, workload and client, all Ready; everything stopped and checked on exit."""
+        nodes: list[RealNode] = []
+        client: ClientNet | None = None
+        try:
+            for suffix in ("a", "b"):
+                name = f"{group}-{suffix}"
+                node = RealNode.create(cluster, name, workdir / name, config.node_options(group))
+                nodes.append(node)
+                if config.agent:
+                    install_agent(node, cluster.kubeconfig, agent_config(name, agent_extra))
+                node.boot()
+                import_into(node)
+            client = ClientNet.start(cluster, workdir / "client", as_node=nodes[1].name)
+            scene = cls(cluster, workdir, group, config, nodes[0], nodes[1], client)
+            scene._deploy()
+            yield scene
+        finally:
+            errors = []
+            if client is not None:
+                try:
+                    client.stop()
+                except Exception as exc:
+                    errors.append(str(exc))
+            for node in nodes:
+                try:
+                    node.stop()
+                except Exception as exc:
+                    errors.append(str(exc))
+            with contextlib.suppress(ApiError):
+                cluster.kube.delete(f"/api/v1/namespaces/{group}")
+            if errors and sys.exc_info()[0] is None:
+                raise RuntimeError("; ".join(errors))
+
+    def _deploy(self) -> None:
+        kube, ns = self.cluster.kube, self.ns
+        kube.create("/api/v1/namespaces", {"metadata": {"name": ns}})
+        main = pod_spec(self.group, topologySpreadConstraints=spread("main"))
+        dnd = pod_spec(self.group, affinity=prefer(self.leaving.name))
+        apps = f"/apis/apps/v1/namespaces/{ns}/deployments"
+        kube.create(apps, deployment(ns, APP, "main", REPLICAS, main))
+        kube.create(apps, deployment(ns, f"{APP}-dnd", "dnd", 1, dnd, {DND: "true"}))
+        kube.create(
+            f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+            {
+                "metadata": {"name": APP, "namespace": ns},
+                "spec": {"selector": {"matchLabels": {"app": APP}}, "maxUnavailable": 1},
+            },
+        )
+        svc = kube.create(
+            f"/api/v1/namespaces/{ns}/services",
+            {
+                "metadata": {"name": APP, "namespace": ns},
+                "spec": {
+                    "selector": {"app": APP},
+                    "ports": [{"name": "http", "port": 80, "targetPort": PORT}],
+                },
+            },
+        )
+        self.service_ip = svc["spec"]["clusterIP"]
+        wait_until(lambda: len(self.ready_pods()) == REPLICAS + 1, READY_TIMEOUT, "pods Ready")
+        for node in (self.leaving, self.staying):
+            self.client.attach(node.slot)
+        self.client.route_services(self.staying.slot)
+        self.client.wait_endpoints(ns, APP, REPLICAS + 1, 60)
+        dnd_node = [p for p in self.ready_pods() if p["metadata"]["labels"]["tier"] == "dnd"]
+        if dnd_node[0]["spec"]["nodeName"] != self.leaving.name:
+            raise RuntimeError("the do-not-disrupt pod was not scheduled on the leaving node")
+        if self.config.agent:
+            for node in (self.leaving, self.staying):
+                wait_until(functools.partial(_agent_ready, node), 60, f"the agent on {node.name}")
+
+    def pods(self) -> list[dict[str, Any]]:
+        path = f"/api/v1/namespaces/{self.ns}/pods"
+        return list(self.cluster.kube.get(path, labelSelector=f"app={APP}")["items"])
+
+    def ready_pods(self) -> list[dict[str, Any]]:
+        def ready(p: dict[str, Any]) -> bool:
+            conds = (p.get("status") or {}).get("conditions") or []
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+
+        return [p for p in self.pods() if ready(p) and not p["metadata"].get("deletionTimestamp")]
+
+    # ---- the departure -------------------------------------------------------------------
+
+    def loadgen(self, *args: str, out: Path) -> subprocess.Popen[bytes]:
+        cmd = self.client.command(sys.executable, "-m", "bench.loadgen", *args)
+        with out.open("wb") as f:
+            return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO)
+
+    def depart(self, kind: Kind) -> Departure:
+        url = f"http://{self.service_ip}/"
+        out = self.workdir / "results"
+        out.mkdir(exist_ok=True)
+        tracker = EndpointTracker(self.client, self.ns)
+        steady = self.loadgen("steady", "--url", url, "--rate", str(RATE),
+                              out=out / "steady.jsonl")  # fmt: skip
+        time.sleep(WARMUP_S)
+        leaving_pods = [p for p in self.ready_pods() if p["spec"]["nodeName"] == self.leaving.name]
+        ips = [p["status"]["podIP"] for p in leaving_pods]
+        slow = f"/slow?s={LONG_S}"
+        longs = [f"http://{ip}:{PORT}{slow}" for ip in ips] + [url + slow[1:]] * 4
+        long = self.loadgen("long", *[a for u in longs for a in ("--url", u)],
+                            out=out / "long.jsonl")  # fmt: skip
+        time.sleep(1.0)  # the long requests are in flight when the departure starts
+        started = time.time()
+        off: list[float] = []
+
+        def leave() -> None:
+            off.append(self._off_after(kind))
+
+        waiter = threading.Thread(target=leave, daemon=True)
+        waiter.start()
+        waiter.join(DEPARTURE_CAP_S)
+        off_at = off[0] if off else None
+        wait_until(
+            lambda: not set(ips) & {e.split(":")[0] for e in tracker.current()},
+            max(5.0, started + DEPARTURE_CAP_S - time.time()),
+            "kube-proxy to stop routing to the departed node",
+        )
+        time.sleep(TAIL_S)
+        steady.terminate()
+        steady.wait(30)
+        long.wait(LONG_S + 130)
+        tracker.stop()
+        released = self._released(kind, off_at)
+        return Departure(
+            kind.value,
+            self.config.name,
+            started,
+            released,
+            off_at,
+            _jsonl(out / "steady.jsonl"),
+            _jsonl(out / "long.jsonl"),
+            tracker.changes,
+            ips,
+            [p["metadata"]["name"] for p in leaving_pods],
+        )
+
+    def _off_after(self, kind: Kind) -> float:
+        """Start the departure; return when the leaving node is off."""
+        node = self.leaving
+        if kind is Kind.EVACUATE:
+            taint = {"key": EVACUATE_TAINT, "effect": "NoSchedule"}
+            self.cluster.kube.patch(f"/api/v1/nodes/{node.name}", {"spec": {"taints": [taint]}})
+            if self.config.agent:
+                wait_until(lambda: self._drain_line("evacuate"), DEPARTURE_CAP_S, "the drain")
+            else:
+                time.sleep(EVACUATE_WAIT_S)
+        node.run("systemctl", "poweroff", "--no-block")
+        node.wait_exit(DEPARTURE_CAP_S)
+        return time.time()
+
+    def _drain_line(self, reason: str) -> float | None:
+        for entry in self.leaving.journal("-u", "nodeagent.service"):
+            if f"drain for {reason}: " in entry["MESSAGE"]:
+                return realtime(entry)
+        return None
+
+    def _released(self, kind: Kind, off: float | None) -> float | None:
+        if not self.config.agent:
+            return off
+        return self._drain_line(kind.value)
+
+
+class EndpointTracker:
+    """What kube-proxy programs for the Service, sampled each second, kept as changes."""
+
+    def __init__(self, client: ClientNet, ns: str) -> None:
+        self.client, self.ns = client, ns
+        self.changes: list[tuple[float, list[str]]] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            now = self.client.service_endpoints(self.ns, APP)
+            with self._lock:
+                if not self.changes or self.changes[-1][1] != now:
+                    self.changes.append((time.time(), now))
+            self._stop.wait(1.0)
+
+    def current(self) -> list[str]:
+        with self._lock:
+            return self.changes[-1][1] if self.changes else []
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def _agent_ready(node: RealNode) -> bool:
+    return any("holding a logind delay lock" in m for m in node.messages("nodeagent.service"))
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            rows.append(json.loads(line))
+    return rows
