@@ -26,7 +26,7 @@ from hack.localcluster.cluster import Cluster
 from hack.localcluster.kubeapi import ApiError
 from hack.realnode import NodeOptions, RealNode
 from hack.realnode.paths import REPO
-from hack.realnode.traffic import ClientNet
+from hack.realnode.traffic import ClientError, ClientNet
 from hack.realnode.workload import PORT, WORKLOAD_IMAGE, import_into
 from tests.nspawn import VERBOSE_DROPIN, build_deb, dpkg_offline, realtime
 
@@ -306,60 +306,62 @@ class Scene:
         out = self.workdir / "results"
         out.mkdir(exist_ok=True)
         tracker = EndpointTracker(self.client, self.ns)
-        steady = self.loadgen("steady", "--url", url, "--rate", str(RATE),
-                              out=out / "steady.jsonl")  # fmt: skip
-        time.sleep(WARMUP_S)
-        leaving_pods = [p for p in self.ready_pods() if p["spec"]["nodeName"] == self.leaving.name]
-        ips = [p["status"]["podIP"] for p in leaving_pods]
-        slow = f"/slow?s={LONG_S}"
-        longs = [f"http://{ip}:{PORT}{slow}" for ip in ips] + [url + slow[1:]] * 4
-        long = self.loadgen("long", *[a for u in longs for a in ("--url", u)],
-                            out=out / "long.jsonl")  # fmt: skip
-        time.sleep(1.0)  # the long requests are in flight when the departure starts
-        started = time.time()
-        off: list[float] = []
-
-        def leave() -> None:
-            off.append(self._off_after(kind))
-
-        waiter = threading.Thread(target=leave, daemon=True)
-        waiter.start()
-        waiter.join(DEPARTURE_CAP_S)
-        off_at = off[0] if off else None
-        wait_until(
-            lambda: not set(ips) & {e.split(":")[0] for e in tracker.current()},
-            max(5.0, started + DEPARTURE_CAP_S - time.time()),
-            "kube-proxy to stop routing to the departed node",
-        )
-        time.sleep(TAIL_S)
-        steady.terminate()
-        steady.wait(30)
-        long.wait(LONG_S + 130)
-        tracker.stop()
-        released = self._released(kind, off_at)
+        procs: list[subprocess.Popen[bytes]] = []
+        notes: list[str] = []
+        try:
+            procs.append(self.loadgen("steady", "--url", url, "--rate", str(RATE),
+                                      out=out / "steady.jsonl"))  # fmt: skip
+            time.sleep(WARMUP_S)
+            leaving = [p for p in self.ready_pods() if p["spec"]["nodeName"] == self.leaving.name]
+            ips = [p["status"]["podIP"] for p in leaving]
+            slow = f"/slow?s={LONG_S}"
+            longs = [f"http://{ip}:{PORT}{slow}" for ip in ips] + [url + slow[1:]] * 4
+            procs.append(self.loadgen("long", *[a for u in longs for a in ("--url", u)],
+                                      out=out / "long.jsonl"))  # fmt: skip
+            time.sleep(1.0)  # the long requests are in flight when the departure starts
+            started = time.time()
+            off_at = self._leave(kind, notes)
+            wait_until(
+                lambda: not set(ips) & {e.split(":")[0] for e in tracker.current()},
+                max(5.0, started + DEPARTURE_CAP_S - time.time()),
+                "kube-proxy to stop routing to the departed node",
+            )
+            time.sleep(TAIL_S)
+            procs[0].terminate()
+            procs[0].wait(30)
+            procs[1].wait(LONG_S + 130)
+        finally:
+            tracker.stop()
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(10)
         return Departure(
             kind.value,
             self.config.name,
             started,
-            released,
+            self._released(kind, off_at),
             off_at,
             _jsonl(out / "steady.jsonl"),
             _jsonl(out / "long.jsonl"),
             tracker.changes,
             ips,
-            [p["metadata"]["name"] for p in leaving_pods],
+            [p["metadata"]["name"] for p in leaving],
+            notes,
         )
 
-    def _off_after(self, kind: Kind) -> float:
+    def _leave(self, kind: Kind, notes: list[str]) -> float:
         """Start the departure; return when the leaving node is off."""
         node = self.leaving
         if kind is Kind.EVACUATE:
             taint = {"key": EVACUATE_TAINT, "effect": "NoSchedule"}
             self.cluster.kube.patch(f"/api/v1/nodes/{node.name}", {"spec": {"taints": [taint]}})
-            if self.config.agent:
-                wait_until(lambda: self._drain_line("evacuate"), DEPARTURE_CAP_S, "the drain")
-            else:
-                time.sleep(EVACUATE_WAIT_S)
+            wait = DEPARTURE_CAP_S if self.config.agent else EVACUATE_WAIT_S
+            end = time.monotonic() + wait
+            while time.monotonic() < end and not self._drain_line("evacuate"):
+                time.sleep(1.0)
+            if self.config.agent and not self._drain_line("evacuate"):
+                notes.append(f"no drain after {wait:.0f}s: powered off all the same")
         node.run("systemctl", "poweroff", "--no-block")
         node.wait_exit(DEPARTURE_CAP_S)
         return time.time()
@@ -389,7 +391,11 @@ class EndpointTracker:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            now = self.client.service_endpoints(self.ns, APP)
+            try:
+                now = self.client.service_endpoints(self.ns, APP)
+            except ClientError:
+                return  # the client is gone: nothing more to see
+
             with self._lock:
                 if not self.changes or self.changes[-1][1] != now:
                     self.changes.append((time.time(), now))
