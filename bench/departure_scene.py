@@ -204,6 +204,7 @@ class Scene:
     staying: RealNode
     client: ClientNet
     service_ip: str = ""
+    evacuated: float | None = None
 
     @property
     def ns(self) -> str:
@@ -365,9 +366,10 @@ class Scene:
             self.cluster.kube.patch(f"/api/v1/nodes/{node.name}", {"spec": {"taints": [taint]}})
             wait = DEPARTURE_CAP_S if self.config.agent else EVACUATE_WAIT_S
             end = time.monotonic() + wait
-            while time.monotonic() < end and not self._drain_line("evacuate"):
+            while time.monotonic() < end and not self._emptied():
                 time.sleep(1.0)
-            if self.config.agent and not self._drain_line("evacuate"):
+            self.evacuated = time.time() if self._emptied() else None
+            if self.config.agent and self.evacuated is None:
                 notes.append(f"no drain after {wait:.0f}s: powered off all the same")
         node.run("systemctl", "poweroff", "--no-block")
         node.wait_exit(DEPARTURE_CAP_S)
@@ -379,9 +381,16 @@ class Scene:
                 return realtime(entry)
         return None
 
+    def _emptied(self) -> bool:
+        """No pod of the service is left on the leaving node (the agent logs no evacuation
+        outcome line at INFO: the API says when the drain is done)."""
+        return not [p for p in self.pods() if p["spec"].get("nodeName") == self.leaving.name]
+
     def _released(self, kind: Kind, off: float | None) -> float | None:
         if not self.config.agent:
             return off
+        if kind is Kind.EVACUATE:
+            return self.evacuated
         return self._drain_line(kind.value)
 
 
