@@ -170,7 +170,9 @@ def throttled(calls: list[Call], start: float, end: float) -> int:
 
 def unanswered_429s(calls: list[Call], start: float, end: float) -> list[Call]:
     """The 429s in [start, end) after which the same user never made the same request
-    (verb, resource, namespace) again with success: the refusals a client gave up on."""
+    (verb, resource, namespace) again and had it answered: the refusals a client gave up
+    on. Any answer but another 429 counts: a write guarded by a resourceVersion may
+    rightly meet a 409 once it is sent again, which the client then reads and decides on."""
     return [
         c
         for c in within(calls, start, end)
@@ -178,7 +180,7 @@ def unanswered_429s(calls: list[Call], start: float, end: float) -> list[Call]:
         and not any(
             (d.user, d.verb, d.resource, d.namespace) == (c.user, c.verb, c.resource, c.namespace)
             and d.received > c.received
-            and 200 <= d.code < 300
+            and d.code != 429
             for d in calls
         )
     ]
