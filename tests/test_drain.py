@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from hack.localcluster.kubelet_sim import TERMINATION_DELAY
 from nodeagent.context import Context
 from nodeagent.departure.executor import cordon_then_drain
 from nodeagent.drain.engine import Drain, DrainOptions, DrainOutcome, DrainResult, PodOutcome
+from nodeagent.drain.eviction import capped_grace
 from nodeagent.drain.summary import render
 from nodeagent.fence.marker import BOOT_ID, CORDONED_BY, DRAIN_REASON, DRAIN_STARTED_AT
 from nodeagent.kube.client import Kube, node_path, pods_path
@@ -431,3 +433,61 @@ def test_shipped_cluster_role_is_enough_to_drain(pair: Pair, cluster: Any, tmp_p
     assert res.returncode == 0, res.stderr + res.stdout
     assert "evicted 2" in res.stdout
     assert not ku.running(ku.pods_on(pair.kube, pair.a))
+
+
+@pytest.mark.parametrize(
+    ("own", "left", "given"),
+    [
+        (30, 100.0, None),  # fits: its own grace
+        (30, 30.0, None),  # exactly fits
+        (300, 12.7, 12),  # cut to the whole seconds left
+        (300, 0.2, 1),  # never 0 (a kill without SIGTERM)
+        (300, -5.0, 1),  # past the deadline
+        (None, 10.0, 10),  # unknown grace: the time left
+    ],
+)
+def test_grace_is_cut_to_the_time_the_node_has_left(
+    own: int | None, left: float, given: int | None
+) -> None:
+    assert capped_grace(own, left) == given
+
+
+def _slow_leaver(pair: Pair) -> None:
+    """One pod that ignores SIGTERM for its whole 300 s grace (the simulator finishes it
+    after its termination delay, cut to the grace the deletion gave it)."""
+    ku.deployment(
+        pair.kube,
+        pair.ns,
+        "slow",
+        pair.group,
+        1,
+        annotations={TERMINATION_DELAY: "300s"},
+        terminationGracePeriodSeconds=300,
+    )
+    ku.wait_running(pair.kube, pair.a, 1)
+
+
+def test_at_shutdown_a_long_grace_is_cut_to_the_deadline(pair: Pair) -> None:
+    _slow_leaver(pair)
+
+    result = pair.drain(reason="poweroff", deadline=6)
+
+    assert result.outcome == "drained", render(result)
+    (evicted,) = result.evicted
+    assert evicted.grace_cut is not None and evicted.grace_cut[0] == 300
+    assert 1 <= evicted.grace_cut[1] <= 6
+    assert f"grace cut: {evicted.ref} (300s to" in render(result)
+    events = pair.kube.get(f"/api/v1/namespaces/{pair.ns}/events")["items"]
+    said = [e["message"] for e in events if e.get("reason") == "Evicted"]
+    assert any("grace cut from 300s" in m for m in said), said
+
+
+def test_an_evacuation_keeps_the_pods_own_grace(pair: Pair) -> None:
+    _slow_leaver(pair)
+
+    result = pair.drain(reason="evacuate", deadline=3)
+
+    assert result.outcome == "timed-out", render(result)
+    (pod,) = ku.pods_on(pair.kube, pair.a)
+    assert pod["metadata"]["deletionGracePeriodSeconds"] == 300
+    assert all(p.grace_cut is None for p in result.evicted + result.blocked)

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 
 from nodeagent.context import Context
 from nodeagent.drain import grants
+from nodeagent.fence.reason import GOING_DOWN
 from nodeagent.kube import identity
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, Unreachable, pods_path
 from nodeagent.kube.watch import Reflector
@@ -49,6 +50,9 @@ class PodOutcome:
     # The PodDisruptionBudgets ("namespace/name") refusing its eviction, as data: set
     # together with the detail that names them, cleared when the detail is replaced.
     pdbs: tuple[str, ...] = ()
+    # (its own grace, the grace it was given) when its eviction cut its grace to the time
+    # the node has left; None when it kept its own.
+    grace_cut: tuple[int, int] | None = None
 
     @property
     def ref(self) -> str:
@@ -77,6 +81,20 @@ class Eviction:
 
 class DrainAborted(KubeError):
     """A fatal API answer (e.g. 403) stopped the drain."""
+
+
+def capped_grace(own: int | None, seconds_left: float) -> int | None:
+    """The grace to give a pod evicted `seconds_left` before the node goes down: None
+    (its own) when its own fits, else the whole seconds left, at least 1.
+
+    The kubelet with containerd does not shorten a kill already under way, so a pod
+    evicted with more grace than the node has left holds the power-off back by the
+    difference (systemd waits for its processes); it cannot finish anyway. The kubelet's
+    own graceful shutdown cuts grace to its budget the same way."""
+    left = max(1, int(seconds_left))
+    if own is not None and own <= left:
+        return None
+    return left
 
 
 def pdb_name(exc: ApiError) -> str | None:
@@ -124,6 +142,8 @@ class Evictor:
         self.gone = gone
         self.events = events
         self.progress = progress
+        # A node going down takes every pod with it by the deadline: grace is cut to fit.
+        self.cut_grace = reason in GOING_DOWN
         self.fatal: KubeError | None = None  # what stopped the drain, re-raised by it
         self._pdbs: Reflector | None = None
         self._pdb_generation: Counter[str] = Counter()
@@ -162,8 +182,9 @@ class Evictor:
                 return
             sent = self.pods.objects.get(ev.outcome.uid) or ev.pod
             try:
-                self._post_eviction(sent)
-                self._evicted(ev)
+                grace = self._grace_for(sent)
+                self._post_eviction(sent, grace)
+                self._evicted(ev, sent, grace)
                 return
             except ApiError as exc:
                 if exc.status == 404:
@@ -180,25 +201,40 @@ class Evictor:
                 self._sleep(backoff)
                 backoff = min(backoff * 2, PDB_BACKOFF_MAX)
 
-    def _post_eviction(self, pod: JSON) -> None:
+    def _grace_for(self, pod: JSON) -> int | None:
+        if not self.cut_grace:
+            return None
+        own = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+        return capped_grace(own, self.deadline - time.monotonic())
+
+    def _post_eviction(self, pod: JSON, grace: int | None = None) -> None:
         """Evict `pod` with its UID and resourceVersion as preconditions, so a pod that
         finished meanwhile is not deleted (the server lets any finished pod go, whatever
         its budget; the drain keeps them). The server replaces the version with its own
         read for an unready pod under a healthy budget: still not a finished one."""
         meta = pod["metadata"]
         preconditions = {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]}
+        options: JSON = {"preconditions": preconditions}
+        if grace is not None:
+            options["gracePeriodSeconds"] = grace
         body = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
             "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-            "deleteOptions": {"preconditions": preconditions},
+            "deleteOptions": options,
         }
         self.kube.post(pods_path(meta["namespace"], meta["name"]) + "/eviction", body)
 
-    def _evicted(self, ev: Eviction) -> None:
+    def _evicted(self, ev: Eviction, sent: JSON, grace: int | None) -> None:
         self._accepted(ev)
         metrics.EVICTIONS.labels("accepted").inc()
-        self.pod_event(ev, "Evicted", f"Evicted by nodeagent ({self.reason})")
+        message = f"Evicted by nodeagent ({self.reason})"
+        if grace is not None:
+            own = int((sent.get("spec") or {}).get("terminationGracePeriodSeconds") or 0)
+            ev.outcome.grace_cut = (own, grace)
+            message += f"; grace cut from {own}s to {grace}s, the time the node has left"
+            self.progress(f"evicted {ev.outcome.ref} with its grace cut from {own}s to {grace}s")
+        self.pod_event(ev, "Evicted", message)
 
     def _after_conflict(self, ev: Eviction, sent: JSON) -> bool:
         """After a 409 for `sent`: once the watch shows the pod's next version, finish
@@ -211,8 +247,9 @@ class Evictor:
                 return True
             if not grants.granted_despite_conflict(sent, seen):
                 return False
+            grace = self._grace_for(seen)
             try:
-                grants.complete(self.kube, seen)
+                grants.complete(self.kube, seen, grace)
             except ApiError as exc:
                 if exc.status == 409:  # changed again: Ready throughout is still the test
                     sent = seen
@@ -221,7 +258,7 @@ class Evictor:
             except KubeError as exc:
                 ev.outcome.note(f"could not finish its granted eviction: {exc}")
                 return False
-            self._evicted(ev)
+            self._evicted(ev, seen, grace)
             return True
         return True
 
@@ -275,7 +312,7 @@ class Evictor:
         try:
             if not grants.is_fresh(grant, self.kube.server_time()):
                 return False
-            grants.complete(self.kube, pod)
+            grants.complete(self.kube, pod, self._grace_for(pod))
         except ApiError as exc:
             # 404: gone already. 409: another pod, or it changed: judge it again.
             return exc.status == 404

@@ -137,9 +137,14 @@ def granted_despite_conflict(sent: JSON, seen: JSON) -> bool:
     return since is not None and since == _ready_since(sent)
 
 
-def complete(kube: Kube, pod: JSON) -> None:
-    """Delete the granted pod: same UID, same resourceVersion, its own grace period.
+def complete(kube: Kube, pod: JSON, grace: int | None = None) -> None:
+    """Delete the granted pod: same UID, same resourceVersion, its own grace period
+    unless `grace` (the eviction's) is given.
     Raises ApiError (409: it changed or is another pod; 404: gone)."""
     meta = pod["metadata"]
-    preconditions = {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]}
-    kube.delete(pods_path(meta["namespace"], meta["name"]), {"preconditions": preconditions})
+    options: JSON = {
+        "preconditions": {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]}
+    }
+    if grace is not None:
+        options["gracePeriodSeconds"] = grace
+    kube.delete(pods_path(meta["namespace"], meta["name"]), options)

@@ -29,6 +29,11 @@ def render(result: DrainResult) -> str:
         lines.append(f"  skipped: {_by_reason(result.skipped)}")
     if result.detach is not None and not result.detach.skipped:
         lines.append(f"  volumes: {result.detach.summary()}")
+    lines += [
+        f"  grace cut: {p.ref} ({p.grace_cut[0]}s to {p.grace_cut[1]}s)"
+        for p in result.evicted
+        if p.grace_cut
+    ]
     lines += _lines("warning", result.warnings)
     lines += _lines("blocked", result.blocked)
     lines += _lines("forced", result.forced)
