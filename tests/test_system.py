@@ -46,7 +46,7 @@ from tests.nspawn import (
 )
 
 DEADLINE = 20.0
-LOGIND_DELAY = 120.0  # systemd/logind-nodeagent.conf
+LOGIND_DELAY = 128.0  # systemd/logind-nodeagent.conf
 # Shutdown beyond the drain: reporting, closing the lock, stopping the other units.
 MARGIN = 15.0
 
