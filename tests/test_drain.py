@@ -17,8 +17,16 @@ from nodeagent.departure.executor import cordon_then_drain
 from nodeagent.drain.engine import Drain, DrainOptions, DrainOutcome, DrainResult, PodOutcome
 from nodeagent.drain.eviction import capped_grace
 from nodeagent.drain.summary import render
-from nodeagent.fence.marker import BOOT_ID, CORDONED_BY, DRAIN_REASON, DRAIN_STARTED_AT
-from nodeagent.kube.client import Kube, node_path, pods_path
+from nodeagent.fence.marker import (
+    BOOT_ID,
+    CORDONED_BY,
+    DRAIN_REASON,
+    DRAIN_STARTED_AT,
+    EXCLUDE_LB_LABEL,
+    EXCLUDED_LB,
+    excludes_lb,
+)
+from nodeagent.kube.client import JSON, Kube, node_path, pods_path
 from nodeagent.report import metrics
 from nodeagent.report.events import EventRecorder
 from tests import kubeutil as ku
@@ -491,3 +499,53 @@ def test_an_evacuation_keeps_the_pods_own_grace(pair: Pair) -> None:
     (pod,) = ku.pods_on(pair.kube, pair.a)
     assert pod["metadata"]["deletionGracePeriodSeconds"] == 300
     assert all(p.grace_cut is None for p in result.evicted + result.blocked)
+
+
+def _labelled(labels: dict[str, str], annotations: dict[str, str]) -> JSON:
+    return {"metadata": {"labels": labels, "annotations": annotations}, "spec": {}}
+
+
+@pytest.mark.parametrize(
+    ("labels", "annotations", "ours"),
+    [
+        ({}, {}, True),  # absent: the agent sets it, and says so
+        ({EXCLUDE_LB_LABEL: "true"}, {}, False),  # a person's: never the agent's
+        ({EXCLUDE_LB_LABEL: "true"}, {EXCLUDED_LB: "true"}, True),  # set by an earlier cordon
+        ({EXCLUDE_LB_LABEL: ""}, {EXCLUDED_LB: "false"}, False),
+    ],
+)
+def test_the_load_balancer_label_is_the_agents_only_when_it_set_it(
+    labels: dict[str, str], annotations: dict[str, str], ours: bool
+) -> None:
+    assert excludes_lb(_labelled(labels, annotations)) is ours
+
+
+def test_the_node_leaves_load_balancers_with_the_cordon_and_returns_with_the_uncordon(
+    pair: Pair, admin_kubeconfig: str
+) -> None:
+    kube = pair.kube
+    assert pair.drain(deadline=10).outcome == "drained"
+    node = ku.node(kube, pair.a)
+    assert node["metadata"]["labels"].get(EXCLUDE_LB_LABEL) == "true"
+    assert node["metadata"]["annotations"].get(EXCLUDED_LB) == "true"
+
+    assert agent(pair, "uncordon", kubeconfig=admin_kubeconfig).returncode == 0
+
+    node = ku.node(kube, pair.a)
+    assert EXCLUDE_LB_LABEL not in node["metadata"].get("labels", {})
+    assert EXCLUDED_LB not in node["metadata"].get("annotations", {})
+
+
+def test_a_load_balancer_label_a_person_set_outlives_the_agents_fence(
+    pair: Pair, admin_kubeconfig: str
+) -> None:
+    kube = pair.kube
+    kube.merge_patch(node_path(pair.a), {"metadata": {"labels": {EXCLUDE_LB_LABEL: "person"}}})
+    assert pair.drain(deadline=10).outcome == "drained"
+    assert EXCLUDED_LB not in ku.node(kube, pair.a)["metadata"]["annotations"]
+
+    assert agent(pair, "uncordon", kubeconfig=admin_kubeconfig).returncode == 0
+
+    node = ku.node(kube, pair.a)
+    assert not node["spec"].get("unschedulable")
+    assert node["metadata"]["labels"].get(EXCLUDE_LB_LABEL) == "person"

@@ -3,6 +3,13 @@
 The marker annotations go onto the Node in the same write that cordons it, so the
 record can never lag behind the mutation it describes; uncordon only undoes a cordon
 that carries the marker, so a node a person cordoned stays cordoned.
+
+The same write takes the node out of external load balancers (EXCLUDE_LB_LABEL), so
+they stop sending it traffic before its pods go; the marker records that the agent set
+the label, and only then does the uncordon remove it (a person's label stays). Why a
+label and not the autoscaler's ToBeDeletedByClusterAutoscaler taint (which kube-proxy's
+/healthz also honours): the cluster-autoscaler removes that taint from every node when it
+starts and would treat the node as its own scale-down; see docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -18,9 +25,14 @@ DRAIN_REASON = PREFIX + "drain-reason"
 DRAIN_STARTED_AT = PREFIX + "drain-started-at"
 BOOT_ID = PREFIX + "boot-id"
 DRAIN_RESULT = PREFIX + "drain-result"
+# The agent set EXCLUDE_LB_LABEL with its cordon (it was absent): its uncordon removes it.
+EXCLUDED_LB = PREFIX + "excluded-from-lb"
 # The boot the agent last started in: a new one without a drain record was unclean.
 LAST_BOOT_ID = PREFIX + "last-boot-id"
-MARKER_KEYS = (CORDONED_BY, DRAIN_REASON, DRAIN_STARTED_AT, BOOT_ID, DRAIN_RESULT)
+MARKER_KEYS = (CORDONED_BY, DRAIN_REASON, DRAIN_STARTED_AT, BOOT_ID, DRAIN_RESULT, EXCLUDED_LB)
+# Cloud service controllers and the AWS load balancer controller drop a node carrying it
+# from their target sets (aws-node-termination-handler's --exclude-from-load-balancers).
+EXCLUDE_LB_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
 AGENT = "nodeagent"
 
 
@@ -56,6 +68,7 @@ class NodeFence:
     started_at: str
     boot_id: str
     result: str
+    excluded_lb: bool = False  # the agent set EXCLUDE_LB_LABEL with this cordon
 
     @classmethod
     def of(cls, node: JSON) -> NodeFence:
@@ -67,6 +80,7 @@ class NodeFence:
             started_at=ann.get(DRAIN_STARTED_AT, ""),
             boot_id=ann.get(BOOT_ID, ""),
             result=ann.get(DRAIN_RESULT, ""),
+            excluded_lb=ann.get(EXCLUDED_LB) == "true",
         )
 
     @property
@@ -84,6 +98,14 @@ def first_taint(node: JSON, keys: Collection[str]) -> str:
         if taint.get("key") in keys:
             return str(taint["key"])
     return ""
+
+
+def excludes_lb(node: JSON) -> bool:
+    """The agent's cordon of `node` sets EXCLUDE_LB_LABEL as its own: the label is absent,
+    or the agent's marker already says it set it. A label a person set is never the
+    agent's to remove."""
+    labels = node["metadata"].get("labels") or {}
+    return NodeFence.of(node).excluded_lb or EXCLUDE_LB_LABEL not in labels
 
 
 def boot_id(node: JSON) -> str:
@@ -104,7 +126,8 @@ def cordon(kube: Kube, node: JSON, reason: str, keep: Collection[str] = ()) -> b
         return False
     if fence.cordoned_by_agent and fence.reason in keep and fence.boot_id == boot_id(node):
         return False
-    patch = {
+    ours = excludes_lb(node)
+    patch: JSON = {
         "metadata": {
             "resourceVersion": node["metadata"]["resourceVersion"],
             "annotations": {
@@ -113,10 +136,13 @@ def cordon(kube: Kube, node: JSON, reason: str, keep: Collection[str] = ()) -> b
                 DRAIN_STARTED_AT: api_stamp(),
                 BOOT_ID: boot_id(node),
                 DRAIN_RESULT: None,
+                EXCLUDED_LB: "true" if ours else None,
             },
         },
         "spec": {"unschedulable": True},
     }
+    if ours:
+        patch["metadata"]["labels"] = {EXCLUDE_LB_LABEL: "true"}
     try:
         kube.merge_patch(node_path(node["metadata"]["name"]), patch)
     except ApiError as exc:
@@ -162,6 +188,8 @@ def uncordon(
             "annotations": dict.fromkeys(MARKER_KEYS),
         },
     }
+    if fence.excluded_lb:
+        patch["metadata"]["labels"] = {EXCLUDE_LB_LABEL: None}
     if fence.unschedulable:
         patch["spec"] = {"unschedulable": False}
     elif not fence.marked:
