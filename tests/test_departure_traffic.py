@@ -39,9 +39,11 @@ def depart(cluster: Any, tmp_path: Path, kind: Kind) -> dict[str, Any]:
     tunables = realhost.sysctls()
     group = ku.unique("traffic")
     with Scene.up(cluster, tmp_path, group, CONFIGS["nodeagent"], AGENT) as scene:
+        netns = scene.client.netns
         cell = summarize(scene.depart(kind))
     print(cell)
-    assert netns_leftovers() == []
+    # Its own client namespace only: another run on the host (a benchmark) may hold one.
+    assert netns not in netns_leftovers()
     assert realhost.sysctls() == tunables
     # The traffic went through the departing node before it left, and no longer after.
     assert cell["served_by_departed"] > 0, cell
