@@ -162,7 +162,7 @@ def env(cluster: Any, kube: Kube, tmp_path: Path) -> Iterator[Env]:
     finally:
         left = []
         for node in e.nodes:
-            print(f"--- {node.name} journal\n{node.tail(300)}")  # shown when the test fails
+            print(f"--- {node.name} journal\n{node.tail(150)}")  # shown when the test fails
             node.stop()  # raises if the node left anything behind
             left += node.leftovers()
         assert left == []

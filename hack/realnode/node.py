@@ -261,7 +261,11 @@ class RealNode(Container):
         return self.tail()
 
     def tail(self, lines: int = 60) -> str:
-        return self.journal_text("-n", str(lines))
+        """The journal's last `lines` lines, without the kubelet's list of its ~200 flags,
+        which would fill a failed test's output with nothing it needs."""
+        text = self.journal_text("-n", str(lines + 400))
+        kept = [ln for ln in text.splitlines() if "flags.go" not in ln]
+        return "\n".join(kept[-lines:])
 
 
 def _rfc3339(stamp: str) -> int:
