@@ -205,6 +205,7 @@ class Scene:
     client: ClientNet
     service_ip: str = ""
     evacuated: float | None = None
+    dnd: bool = True  # a do-not-disrupt pod serving a long request on the leaving node
 
     @property
     def ns(self) -> str:
@@ -213,9 +214,16 @@ class Scene:
     @classmethod
     @contextlib.contextmanager
     def up(
-        cls, cluster: Cluster, workdir: Path, group: str, config: Config, agent_extra: str = ""
+        cls,
+        cluster: Cluster,
+        workdir: Path,
+        group: str,
+        config: Config,
+        agent_extra: str = "",
+        dnd: bool = True,
     ) -> Iterator[Scene]:
-        """Nodes, workload and client, all Ready; everything stopped and checked on exit."""
+        """Nodes, workload and client, all Ready; everything stopped and checked on exit.
+        Without `dnd`, no do-not-disrupt pod (whose ceiling makes the departure 60 s longer)."""
         nodes: list[RealNode] = []
         client: ClientNet | None = None
         try:
@@ -228,7 +236,7 @@ class Scene:
                 node.boot()
                 import_into(node)
             client = ClientNet.start(cluster, workdir / "client", as_node=nodes[1].name)
-            scene = cls(cluster, workdir, group, config, nodes[0], nodes[1], client)
+            scene = cls(cluster, workdir, group, config, nodes[0], nodes[1], client, dnd=dnd)
             scene._deploy()
             yield scene
         finally:
@@ -256,7 +264,8 @@ class Scene:
         dnd = pod_spec(self.group, affinity=prefer(self.leaving.name))
         apps = f"/apis/apps/v1/namespaces/{ns}/deployments"
         kube.create(apps, deployment(ns, APP, "main", REPLICAS, main))
-        kube.create(apps, deployment(ns, f"{APP}-dnd", "dnd", 1, dnd, {DND: "true"}))
+        if self.dnd:
+            kube.create(apps, deployment(ns, f"{APP}-dnd", "dnd", 1, dnd, {DND: "true"}))
         kube.create(
             f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
             {
@@ -275,13 +284,14 @@ class Scene:
             },
         )
         self.service_ip = svc["spec"]["clusterIP"]
-        wait_until(lambda: len(self.ready_pods()) == REPLICAS + 1, READY_TIMEOUT, "pods Ready")
+        pods = REPLICAS + int(self.dnd)
+        wait_until(lambda: len(self.ready_pods()) == pods, READY_TIMEOUT, "pods Ready")
         for node in (self.leaving, self.staying):
             self.client.attach(node.slot)
         self.client.route_services(self.staying.slot)
-        self.client.wait_endpoints(ns, APP, REPLICAS + 1, 60)
+        self.client.wait_endpoints(ns, APP, pods, 60)
         dnd_node = [p for p in self.ready_pods() if p["metadata"]["labels"]["tier"] == "dnd"]
-        if dnd_node[0]["spec"]["nodeName"] != self.leaving.name:
+        if self.dnd and dnd_node[0]["spec"]["nodeName"] != self.leaving.name:
             raise RuntimeError("the do-not-disrupt pod was not scheduled on the leaving node")
         if self.config.agent:
             for node in (self.leaving, self.staying):
@@ -305,7 +315,8 @@ class Scene:
         with out.open("wb") as f:
             return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO)
 
-    def depart(self, kind: Kind) -> Departure:
+    def depart(self, kind: Kind, on_start: Callable[[float], None] = lambda _t: None) -> Departure:
+        """Traffic, then the departure of `kind`; `on_start` hears its wall-clock start."""
         url = f"http://{self.service_ip}/"
         out = self.workdir / "results"
         out.mkdir(exist_ok=True)
@@ -324,6 +335,7 @@ class Scene:
                                       out=out / "long.jsonl"))  # fmt: skip
             time.sleep(1.0)  # the long requests are in flight when the departure starts
             started = time.time()
+            on_start(started)
             off_at = self._leave(kind, notes)
             end = started + DEPARTURE_CAP_S
             while set(ips) & {e.split(":")[0] for e in tracker.current()}:
