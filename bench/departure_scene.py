@@ -25,6 +25,7 @@ from typing import Any
 from hack.localcluster.cluster import Cluster
 from hack.localcluster.kubeapi import ApiError
 from hack.realnode import NodeOptions, RealNode
+from hack.realnode.images import TEST_IMAGE
 from hack.realnode.paths import REPO
 from hack.realnode.traffic import ClientError, ClientNet
 from hack.realnode.workload import PORT, WORKLOAD_IMAGE, import_into
@@ -54,6 +55,14 @@ READY_TIMEOUT = 180.0
 class Kind(Enum):
     POWEROFF = "poweroff"
     EVACUATE = "evacuate"
+    REBOOT = "reboot"  # systemctl reboot; the node comes back and takes pods again
+    ROLLING_REBOOT = "rolling-reboot"  # both nodes, one after the other, as an OS-update wave
+    SIGTERM_IGNORING = "sigterm-ignoring"  # a poweroff with a pod that ignores SIGTERM
+
+
+# The sigterm-ignoring kind's pod: PID 1 without a handler, a grace far past any deadline.
+STUBBORN = "trap '' TERM; while true; do sleep 1; done"
+STUBBORN_GRACE_S = 300
 
 
 @dataclass(frozen=True)
@@ -205,6 +214,7 @@ class Scene:
     client: ClientNet
     service_ip: str = ""
     evacuated: float | None = None
+    returned: float | None = None  # a reboot's node back, Ready and uncordoned
     dnd: bool = True  # a do-not-disrupt pod serving a long request on the leaving node
 
     @property
@@ -320,6 +330,8 @@ class Scene:
         url = f"http://{self.service_ip}/"
         out = self.workdir / "results"
         out.mkdir(exist_ok=True)
+        if kind is Kind.SIGTERM_IGNORING:
+            self._stubborn_pod()
         tracker = EndpointTracker(self.client, self.ns)
         procs: list[subprocess.Popen[bytes]] = []
         notes: list[str] = []
@@ -327,7 +339,8 @@ class Scene:
             procs.append(self.loadgen("steady", "--url", url, "--rate", str(RATE),
                                       out=out / "steady.jsonl"))  # fmt: skip
             time.sleep(WARMUP_S)
-            leaving = [p for p in self.ready_pods() if p["spec"]["nodeName"] == self.leaving.name]
+            names = {n.name for n in self._departing(kind)}
+            leaving = [p for p in self.ready_pods() if p["spec"]["nodeName"] in names]
             ips = [p["status"]["podIP"] for p in leaving]
             slow = f"/slow?s={LONG_S}"
             longs = [f"http://{ip}:{PORT}{slow}" for ip in ips] + [url + slow[1:]] * 4
@@ -370,8 +383,34 @@ class Scene:
             notes,
         )
 
+    def _departing(self, kind: Kind) -> list[RealNode]:
+        return [self.leaving, self.staying] if kind is Kind.ROLLING_REBOOT else [self.leaving]
+
+    def _stubborn_pod(self) -> None:
+        """A pod on the leaving node that ignores SIGTERM, its grace far past the deadline
+        (not behind the Service: it serves nothing, it only holds the shutdown)."""
+        spec = pod_spec(self.group, terminationGracePeriodSeconds=STUBBORN_GRACE_S)
+        spec["nodeSelector"] = {"kubernetes.io/hostname": self.leaving.name}
+        spec["containers"] = [{"name": "app", "image": TEST_IMAGE, "imagePullPolicy": "Never",
+                               "command": ["sh", "-c", STUBBORN]}]  # fmt: skip
+        body = deployment(self.ns, "stubborn", "stubborn", 1, spec)
+        body["metadata"]["labels"] = body["spec"]["template"]["metadata"]["labels"] = {
+            "app": "stubborn"
+        }
+        body["spec"]["selector"] = {"matchLabels": {"app": "stubborn"}}
+        self.cluster.kube.create(f"/apis/apps/v1/namespaces/{self.ns}/deployments", body)
+        path = f"/api/v1/namespaces/{self.ns}/pods"
+
+        def running() -> bool:
+            pods = self.cluster.kube.get(path, labelSelector="app=stubborn")["items"]
+            return any((p.get("status") or {}).get("phase") == "Running" for p in pods)
+
+        wait_until(running, READY_TIMEOUT, "the SIGTERM-ignoring pod Running")
+
     def _leave(self, kind: Kind, notes: list[str]) -> float:
-        """Start the departure; return when the leaving node is off."""
+        """Start the departure; return when the (last) leaving node is off."""
+        if kind in (Kind.REBOOT, Kind.ROLLING_REBOOT):
+            return self._reboot(self._departing(kind))
         node = self.leaving
         if kind is Kind.EVACUATE:
             taint = {"key": EVACUATE_TAINT, "effect": "NoSchedule"}
@@ -387,6 +426,22 @@ class Scene:
         node.wait_exit(DEPARTURE_CAP_S)
         return time.time()
 
+    def _reboot(self, nodes: list[RealNode]) -> float:
+        """Reboot `nodes` one after another, as an OS-update wave does (kured): the next
+        only when the one before is back, Ready, uncordoned, and the service whole again.
+        Returns when the last went down; `self.returned` is when the wave was over."""
+        off = time.time()
+        pods = REPLICAS + int(self.dnd)
+        for node in nodes:
+            node.run("systemctl", "reboot", "--no-block")
+            node.wait_exit(DEPARTURE_CAP_S)
+            off = time.time()
+            node.boot(READY_TIMEOUT)  # Ready, and without the agent's cordon
+            import_into(node)  # a no-op when containerd kept its images
+            wait_until(lambda: len(self.ready_pods()) >= pods, READY_TIMEOUT, "the service whole")
+        self.returned = time.time()
+        return off
+
     def _drain_line(self, reason: str) -> float | None:
         for entry in self.leaving.journal("-u", "nodeagent.service"):
             if f"drain for {reason}: " in entry["MESSAGE"]:
@@ -399,11 +454,15 @@ class Scene:
         return not [p for p in self.pods() if p["spec"].get("nodeName") == self.leaving.name]
 
     def _released(self, kind: Kind, off: float | None) -> float | None:
+        if kind is Kind.ROLLING_REBOOT:
+            return self.returned  # the wave is over
         if not self.config.agent:
             return off
         if kind is Kind.EVACUATE:
             return self.evacuated
-        return self._drain_line(kind.value)
+        # logind of systemd 252 (the node's) does not say a reboot from a poweroff: the agent
+        # reports a reboot's drain as one for poweroff.
+        return self._drain_line(Kind.POWEROFF.value)
 
 
 class EndpointTracker:

@@ -167,7 +167,9 @@ def steady(target: Target, rate: float) -> None:
         n += 1
         due += interval
         stop.wait(max(0.0, due - time.monotonic()))
-    pool.shutdown(wait=True)
+    # What is in flight finishes and is written; what waits for a worker (a backlog while
+    # requests time out) was never sent and is dropped.
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def long(targets: list[Target]) -> None:

@@ -17,10 +17,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .config import SLOTS, NodeSlot, cgroup_root
-from .paths import CACHE
 
 CGROUP_FS = Path("/sys/fs/cgroup")
-SLOT_DIR = CACHE / "realnode-slots"
+# Slots are the host's (its bridges and subnets), not one checkout's or one user's: the
+# registry lives with them in /run, not in a cache another checkout may not share.
+SLOT_DIR = Path("/run/nodeagent-realnode-slots")
 # Tunables the kubelet would write (container_manager_linux.go): they must not change.
 SYSCTLS = (
     "vm/overcommit_memory",
