@@ -11,7 +11,9 @@ kinds: poweroff (systemctl poweroff on the node), evacuate (the evacuate taint; 
 powered off once drained, or after 15 s without the agent, as an autoscaler would), reboot
 (systemctl reboot; the node comes back), rolling-reboot (both nodes rebooted one after the
 other, the next once the one before is back and the service whole), sigterm-ignoring (a
-poweroff while a pod that ignores SIGTERM, with a 300 s grace, runs on the node).
+poweroff while a pod that ignores SIGTERM, with a 300 s grace, runs on the node), stop
+(`systemctl stop nodeagent` for maintenance, then the kubelet and every container stopped
+for 10 s and started again, as an upgrade of the runtime does).
 configs: none (no agent, the kubelet's graceful shutdown off), gns (the kubelet's graceful
 shutdown: 30 s, 10 s for critical pods), nodeagent (the agent from its .deb, README defaults),
 nodeagent+gns.

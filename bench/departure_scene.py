@@ -58,11 +58,14 @@ class Kind(Enum):
     REBOOT = "reboot"  # systemctl reboot; the node comes back and takes pods again
     ROLLING_REBOOT = "rolling-reboot"  # both nodes, one after the other, as an OS-update wave
     SIGTERM_IGNORING = "sigterm-ignoring"  # a poweroff with a pod that ignores SIGTERM
+    STOP = "stop"  # systemctl stop nodeagent, then maintenance of the node's runtime
 
 
 # The sigterm-ignoring kind's pod: PID 1 without a handler, a grace far past any deadline.
 STUBBORN = "trap '' TERM; while true; do sleep 1; done"
 STUBBORN_GRACE_S = 300
+# The stop kind's maintenance: the runtime down this long (its containers stopped).
+MAINTENANCE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -215,6 +218,7 @@ class Scene:
     service_ip: str = ""
     evacuated: float | None = None
     returned: float | None = None  # a reboot's node back, Ready and uncordoned
+    stopped: float | None = None  # `systemctl stop nodeagent` returned
     dnd: bool = True  # a do-not-disrupt pod serving a long request on the leaving node
 
     @property
@@ -411,6 +415,8 @@ class Scene:
         """Start the departure; return when the (last) leaving node is off."""
         if kind in (Kind.REBOOT, Kind.ROLLING_REBOOT):
             return self._reboot(self._departing(kind))
+        if kind is Kind.STOP:
+            return self._maintain()
         node = self.leaving
         if kind is Kind.EVACUATE:
             taint = {"key": EVACUATE_TAINT, "effect": "NoSchedule"}
@@ -442,6 +448,29 @@ class Scene:
         self.returned = time.time()
         return off
 
+    def _maintain(self) -> float:
+        """An operator's maintenance of the leaving node's runtime (an upgrade of the
+        kubelet and containerd): `systemctl stop nodeagent` first where the agent is
+        installed (it drains, then exits), then the kubelet stopped and every container
+        stopped (SIGTERM), the runtime left down MAINTENANCE_S, and everything started again.
+        Returns when the runtime went down; `self.stopped` is when the agent's stop
+        returned, `self.returned` when the node was Ready and uncordoned again."""
+        node = self.leaving
+        if self.config.agent:
+            node.run("systemctl", "stop", "nodeagent", timeout=DEPARTURE_CAP_S)
+        self.stopped = time.time()
+        node.run("systemctl", "stop", "kubelet", timeout=60)
+        tasks = node.run("ctr", "-n", "k8s.io", "tasks", "ls", "-q", timeout=30).stdout.split()
+        for task in tasks:
+            node.run("ctr", "-n", "k8s.io", "tasks", "kill", task, timeout=30)
+        down = time.time()
+        time.sleep(MAINTENANCE_S)
+        units = ["kubelet", "nodeagent"] if self.config.agent else ["kubelet"]
+        node.run("systemctl", "start", *units, timeout=60)
+        node.wait_ready(READY_TIMEOUT)
+        self.returned = time.time()
+        return down
+
     def _drain_line(self, reason: str) -> float | None:
         for entry in self.leaving.journal("-u", "nodeagent.service"):
             if f"drain for {reason}: " in entry["MESSAGE"]:
@@ -460,6 +489,8 @@ class Scene:
             return off
         if kind is Kind.EVACUATE:
             return self.evacuated
+        if kind is Kind.STOP:
+            return self.stopped
         # logind of systemd 252 (the node's) does not say a reboot from a poweroff: the agent
         # reports a reboot's drain as one for poweroff.
         return self._drain_line(Kind.POWEROFF.value)
