@@ -17,6 +17,12 @@ for 10 s and started again, as an upgrade of the runtime does).
 configs: none (no agent, the kubelet's graceful shutdown off), gns (the kubelet's graceful
 shutdown: 30 s, 10 s for critical pods), nodeagent (the agent from its .deb, README defaults),
 nodeagent+gns.
+
+With storage (the default; --no-storage leaves it out), each node runs the mock CSI driver's
+node plugin and the cell's StatefulSet of one replica holds a ReadWriteOnce volume on the
+leaving node through the real attach path (hack/realnode/stateful.py): stateful_ready_s is
+the seconds from its old pod leaving the API to its replacement Ready (None: not within the
+departure and 60 s), multi_attach_events the attach/detach controller's Multi-Attach errors.
 """
 
 from __future__ import annotations
@@ -36,12 +42,15 @@ if __package__ in (None, ""):  # run as a script: the checkout is the import roo
 from bench.departure_metrics import summarize
 from bench.departure_scene import CONFIGS, Kind, Scene
 from hack.localcluster.cluster import Cluster, ClusterError
+from hack.realnode import csi as realcsi
+from hack.realnode import stateful
 
 KINDS = ("poweroff", "evacuate", "reboot", "stop", "rolling-reboot", "sigterm-ignoring",
          "daemonset-poweroff")  # fmt: skip
 IMPLEMENTED = {k.value: k for k in Kind}
 COLUMNS = ("kind", "config", "sent", "failed", "long_cut", "longest_failure_s", "p50_ms",
-           "p99_ms", "release_s", "off_s", "routed_to_departed_until_s")  # fmt: skip
+           "p99_ms", "release_s", "off_s", "routed_to_departed_until_s", "stateful_ready_s",
+           "multi_attach_events")  # fmt: skip
 USAGE = 2
 
 
@@ -58,6 +67,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--only", default="poweroff,evacuate", help="kinds, comma-separated")
     parser.add_argument("--configs", default=",".join(CONFIGS), help="configs, comma-separated")
     parser.add_argument("--json", type=Path, help="write the cells here")
+    parser.add_argument(
+        "--no-storage",
+        dest="storage",
+        action="store_false",
+        help="no StatefulSet on the CSI attach path (no stateful_ready_s, multi_attach_events)",
+    )
     return parser
 
 
@@ -65,9 +80,15 @@ def _row(cell: dict[str, Any]) -> str:
     return "  ".join(f"{'-' if cell.get(c) is None else cell[c]!s:>8}" for c in COLUMNS)
 
 
-def run_cell(cluster: Cluster, root: Path, kind: str, config: str) -> dict[str, Any]:
+def run_cell(
+    cluster: Cluster, root: Path, kind: str, config: str, csi_dir: Path | None
+) -> dict[str, Any]:
     group = f"dep-{secrets.token_hex(2)}"
-    with Scene.up(cluster, root / group, group, CONFIGS[config]) as scene:
+    if csi_dir is not None:
+        # The mock driver's volumes live in its memory: each cell starts with them free.
+        cluster.stop_attacher()
+        cluster.start_attacher(csi_dir, stateful.DRIVER)
+    with Scene.up(cluster, root / group, group, CONFIGS[config], csi_dir=csi_dir) as scene:
         departure = scene.depart(IMPLEMENTED[kind])
     return summarize(departure)
 
@@ -88,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="departure-"))
     print(f"work files in {root}", flush=True)
     print("  ".join(f"{c[:8]:>8}" for c in COLUMNS), flush=True)
+    csi_dir = realcsi.build() if args.storage else None
     try:
         cluster = Cluster.start(root / "cluster")
     except ClusterError as exc:
@@ -97,13 +119,14 @@ def main(argv: list[str] | None = None) -> int:
         for kind in kinds:
             for config in configs:
                 started = time.monotonic()
-                cell = run_cell(cluster, root, kind, config)
+                cell = run_cell(cluster, root, kind, config, csi_dir)
                 cell["cell_s"] = round(time.monotonic() - started, 1)
                 cells.append(cell)
                 print(_row(cell), flush=True)
                 if args.json:
                     args.json.write_text(json.dumps(cells, indent=2) + "\n")
     finally:
+        cluster.stop_attacher()
         cluster.stop()
     return 0
 

@@ -60,6 +60,9 @@ def summarize(departure: Any) -> dict[str, Any]:
         "last_failure_s": _since(max((r["start"] for r in failed), default=None), t0),
         "routed_to_departed_until_s": _since(_last_routed(departure), t0),
         "notes": departure.notes,
+        # From the stateful pod's old incarnation leaving the API to its replacement Ready.
+        "stateful_ready_s": _between(departure.stateful_deleted, departure.stateful_ready),
+        "multi_attach_events": departure.multi_attach_events,
     }
     if longs:
         cell["long_errors"] = sorted({r["error"] for r in longs if not r["ok"]})
@@ -73,6 +76,10 @@ def _last_routed(departure: Any) -> float | None:
         if not ips & {e.split(":")[0] for e in endpoints}:
             return float(when)
     return None
+
+
+def _between(start: float | None, end: float | None) -> float | None:
+    return None if start is None or end is None else round(end - start, 1)
 
 
 def _since(when: float | None, t0: float) -> float | None:

@@ -24,7 +24,8 @@ from typing import Any
 
 from hack.localcluster.cluster import Cluster
 from hack.localcluster.kubeapi import ApiError
-from hack.realnode import NodeOptions, RealNode
+from hack.realnode import NodeOptions, RealNode, stateful
+from hack.realnode import csi as realcsi
 from hack.realnode.images import TEST_IMAGE
 from hack.realnode.paths import REPO
 from hack.realnode.traffic import ClientError, ClientNet
@@ -50,6 +51,8 @@ TAIL_S = 3.0
 # taint manager deletes its pod: 300 s of default toleration after the node is not ready).
 DEPARTURE_CAP_S = 150.0
 READY_TIMEOUT = 180.0
+# After the departure, how long the stateful pod's replacement may take to be Ready.
+STATEFUL_WAIT_S = 60.0
 
 
 class Kind(Enum):
@@ -204,6 +207,11 @@ class Departure:
     leaving_ips: list[str]
     leaving_pods: list[str]
     notes: list[str] = field(default_factory=list)
+    # The stateful pod's move (with storage): its old pod gone from the API, its
+    # replacement Ready, and the attach/detach controller's Multi-Attach errors.
+    stateful_deleted: float | None = None
+    stateful_ready: float | None = None
+    multi_attach_events: int | None = None
 
 
 @dataclass
@@ -220,6 +228,7 @@ class Scene:
     returned: float | None = None  # a reboot's node back, Ready and uncordoned
     stopped: float | None = None  # `systemctl stop nodeagent` returned
     dnd: bool = True  # a do-not-disrupt pod serving a long request on the leaving node
+    csi_dir: Path | None = None  # with storage: a StatefulSet on the real CSI attach path
 
     @property
     def ns(self) -> str:
@@ -235,22 +244,33 @@ class Scene:
         config: Config,
         agent_extra: str = "",
         dnd: bool = True,
+        csi_dir: Path | None = None,
     ) -> Iterator[Scene]:
         """Nodes, workload and client, all Ready; everything stopped and checked on exit.
-        Without `dnd`, no do-not-disrupt pod (whose ceiling makes the departure 60 s longer)."""
+        Without `dnd`, no do-not-disrupt pod (whose ceiling makes the departure 60 s longer).
+        With `csi_dir` (hack/realnode/csi.py's build, its attacher running beside the
+        control plane), every node runs the CSI node plugin and a StatefulSet of one
+        replica holds a ReadWriteOnce volume on the leaving node."""
         nodes: list[RealNode] = []
         client: ClientNet | None = None
         try:
             for suffix in ("a", "b"):
                 name = f"{group}-{suffix}"
-                node = RealNode.create(cluster, name, workdir / name, config.node_options(group))
+                binds = realcsi.binds(csi_dir) if csi_dir else []
+                opts = config.node_options(group)
+                node = RealNode.create(cluster, name, workdir / name, opts, binds)
                 nodes.append(node)
+                if csi_dir:
+                    realcsi.install_plugin(node.root, stateful.DRIVER)
                 if config.agent:
                     install_agent(node, cluster.kubeconfig, agent_config(name, agent_extra))
                 node.boot()
                 import_into(node)
             client = ClientNet.start(cluster, workdir / "client", as_node=nodes[1].name)
-            scene = cls(cluster, workdir, group, config, nodes[0], nodes[1], client, dnd=dnd)
+            scene = cls(
+                cluster, workdir, group, config, nodes[0], nodes[1], client, dnd=dnd,
+                csi_dir=csi_dir,
+            )  # fmt: skip
             scene._deploy()
             yield scene
         finally:
@@ -298,6 +318,8 @@ class Scene:
             },
         )
         self.service_ip = svc["spec"]["clusterIP"]
+        if self.csi_dir:
+            self._stateful()
         pods = REPLICAS + int(self.dnd)
         wait_until(lambda: len(self.ready_pods()) == pods, READY_TIMEOUT, "pods Ready")
         for node in (self.leaving, self.staying):
@@ -310,6 +332,46 @@ class Scene:
         if self.config.agent:
             for node in (self.leaving, self.staying):
                 wait_until(functools.partial(_agent_ready, node), 60, f"the agent on {node.name}")
+
+    def _stateful(self) -> None:
+        """The CSIDriver, a static volume and its claim, and the StatefulSet `db` on the
+        leaving node with the volume attached there (the replacement goes to the other)."""
+        kube, ns = self.cluster.kube, self.ns
+        for name in (self.leaving.name, self.staying.name):
+            wait_until(functools.partial(self._plugin, name), 60, f"the CSI plugin on {name}")
+        with contextlib.suppress(ApiError):  # there already: one per cluster
+            kube.create(stateful.CSIDRIVERS, stateful.csidriver())
+        pv = f"{self.group}-db"
+        kube.create("/api/v1/persistentvolumes", stateful.persistent_volume(pv, ns, "1"))
+        kube.create(f"/api/v1/namespaces/{ns}/persistentvolumeclaims", stateful.claim(ns, pv))
+        spec = pod_spec(self.group, affinity=prefer(self.leaving.name))
+        body = stateful.statefulset(ns, "db", {"app": "db"}, spec)
+        kube.create(f"/apis/apps/v1/namespaces/{ns}/statefulsets", body)
+        db = wait_until(self.stateful_pod, READY_TIMEOUT, "db-0 Ready")
+        if db["spec"]["nodeName"] != self.leaving.name:
+            raise RuntimeError("the stateful pod was not scheduled on the leaving node")
+
+        def attached() -> bool:
+            vas = stateful.on_node(kube.get(stateful.VA_PATH)["items"], self.leaving.name)
+            return any((va.get("status") or {}).get("attached") for va in vas)
+
+        wait_until(attached, 60, "the volume attached to the leaving node")
+
+    def _plugin(self, node: str) -> bool:
+        with contextlib.suppress(ApiError):
+            obj = self.cluster.kube.get(f"/apis/storage.k8s.io/v1/csinodes/{node}")
+            return any(d["name"] == stateful.DRIVER for d in obj["spec"].get("drivers") or [])
+        return False
+
+    def stateful_pod(self) -> dict[str, Any] | None:
+        """db-0 when Ready and not terminating."""
+        with contextlib.suppress(ApiError):
+            pod = self.cluster.kube.get(f"/api/v1/namespaces/{self.ns}/pods/db-0")
+            conds = (pod.get("status") or {}).get("conditions") or []
+            ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+            if ready and not pod["metadata"].get("deletionTimestamp"):
+                return dict(pod)
+        return None
 
     def pods(self) -> list[dict[str, Any]]:
         path = f"/api/v1/namespaces/{self.ns}/pods"
@@ -337,6 +399,7 @@ class Scene:
         if kind is Kind.SIGTERM_IGNORING:
             self._stubborn_pod()
         tracker = EndpointTracker(self.client, self.ns)
+        moved = StatefulTracker(self) if self.csi_dir else None
         procs: list[subprocess.Popen[bytes]] = []
         notes: list[str] = []
         try:
@@ -364,15 +427,21 @@ class Scene:
                     break
                 time.sleep(0.5)
             time.sleep(TAIL_S)
+            if moved is not None and moved.deleted is not None:
+                with contextlib.suppress(TimeoutError):
+                    wait_until(lambda: moved.ready, STATEFUL_WAIT_S, "db-0 Ready again")
             procs[0].terminate()
             procs[0].wait(30)
             procs[1].wait(LONG_S + 130)
         finally:
             tracker.stop()
+            if moved is not None:
+                moved.stop()
             for proc in procs:
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait(10)
+        deleted, ready, multi = moved.figures() if moved is not None else (None, None, None)
         return Departure(
             kind.value,
             self.config.name,
@@ -385,6 +454,9 @@ class Scene:
             ips,
             [p["metadata"]["name"] for p in leaving],
             notes,
+            stateful_deleted=deleted,
+            stateful_ready=ready,
+            multi_attach_events=multi,
         )
 
     def _departing(self, kind: Kind) -> list[RealNode]:
@@ -494,6 +566,43 @@ class Scene:
         # logind of systemd 252 (the node's) does not say a reboot from a poweroff: the agent
         # reports a reboot's drain as one for poweroff.
         return self._drain_line(Kind.POWEROFF.value)
+
+
+class StatefulTracker:
+    """When the stateful pod's old incarnation left the API and its replacement was
+    Ready (sampled every 0.2 s), and the Multi-Attach errors the move caused."""
+
+    def __init__(self, scene: Scene) -> None:
+        self.scene = scene
+        pod = scene.stateful_pod()
+        self.old = pod["metadata"]["uid"] if pod else ""
+        self.deleted: float | None = None
+        self.ready: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        path = f"/api/v1/namespaces/{self.scene.ns}/pods/db-0"
+        while not self._stop.wait(0.2) and self.ready is None:
+            try:
+                uid = self.scene.cluster.kube.get(path)["metadata"]["uid"]
+            except ApiError as exc:
+                uid = "" if exc.status == 404 else self.old
+            now = time.time()
+            if self.deleted is None and uid != self.old:
+                self.deleted = now
+            pod = self.scene.stateful_pod() if self.deleted is not None else None
+            if pod is not None and pod["metadata"]["uid"] != self.old:
+                self.ready = now
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def figures(self) -> tuple[float | None, float | None, int]:
+        events = self.scene.cluster.kube.get(f"/api/v1/namespaces/{self.scene.ns}/events")
+        return self.deleted, self.ready, len(stateful.multi_attach(events["items"]))
 
 
 class EndpointTracker:

@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 
-from hack.realnode import NodeOptions, RealNode
+from hack.realnode import NodeOptions, RealNode, stateful
 from hack.realnode import csi as realcsi
+from hack.realnode.stateful import DRIVER, VA_PATH
 from nodeagent.drain.detach import attachment_name
 from nodeagent.kube.client import JSON, Kube, node_path, pods_path
 from nodeagent.report import conditions
@@ -44,8 +45,6 @@ realnode_env = test_realnode.env  # the real nodes' fixture, under a name of its
 
 pytestmark = pytest.mark.timeout(900)
 
-DRIVER = "csi-mock.nodeagent.test"
-VA_PATH = "/apis/storage.k8s.io/v1/volumeattachments"
 EVACUATE_TAINT = {"key": "nodeagent.io/evacuate", "effect": "NoSchedule"}
 # Shutdown beyond the drain and the detach wait: reporting, stopping the kubelet.
 MARGIN = 30.0
@@ -56,16 +55,8 @@ def attach_path(cluster: Any, kube: Kube) -> Iterator[Path]:
     """The attacher and the mock driver's controller side, and the CSIDriver object."""
     csi_dir = realcsi.build()
     cluster.start_attacher(csi_dir, DRIVER)
-    driver = {
-        "metadata": {"name": DRIVER},
-        "spec": {
-            "attachRequired": True,
-            "podInfoOnMount": False,
-            "volumeLifecycleModes": ["Persistent"],
-        },
-    }
-    if not ku.exists(kube, f"/apis/storage.k8s.io/v1/csidrivers/{DRIVER}"):
-        kube.post("/apis/storage.k8s.io/v1/csidrivers", driver)
+    if not ku.exists(kube, f"{stateful.CSIDRIVERS}/{DRIVER}"):
+        kube.post(stateful.CSIDRIVERS, stateful.csidriver())
     try:
         yield csi_dir
     finally:
@@ -129,55 +120,15 @@ def stateful_app(env: Env, handle: str) -> str:
     `handle`: one of the mock driver's own volumes, "1" to "3" (they live in its memory).
     """
     pv = f"{env.group}-{handle}"
-    env.kube.post(
-        "/api/v1/persistentvolumes",
-        {
-            "metadata": {"name": pv},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "persistentVolumeReclaimPolicy": "Retain",
-                "storageClassName": "",
-                "claimRef": {"namespace": env.ns, "name": "data"},
-                "csi": {"driver": DRIVER, "volumeHandle": handle},
-            },
-        },
-    )
-    env.kube.post(
-        f"/api/v1/namespaces/{env.ns}/persistentvolumeclaims",
-        {
-            "metadata": {"name": "data", "namespace": env.ns},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": "",
-                "volumeName": pv,
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        },
-    )
-    labels = {"app": "db"}
+    env.kube.post("/api/v1/persistentvolumes", stateful.persistent_volume(pv, env.ns, handle))
+    env.kube.post(f"/api/v1/namespaces/{env.ns}/persistentvolumeclaims", stateful.claim(env.ns, pv))
     app = container(f"date >> /data/log; {POLITE}")
-    app["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
-    spec = ku.pod_spec(
-        env.group,
-        containers=[app],
-        volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
-        terminationGracePeriodSeconds=5,
-        **NO_TOKEN,
-    )
+    spec = ku.pod_spec(env.group, containers=[app], terminationGracePeriodSeconds=5, **NO_TOKEN)
     env.kube.post(
         f"/apis/apps/v1/namespaces/{env.ns}/statefulsets",
-        {
-            "metadata": {"name": "db", "namespace": env.ns},
-            "spec": {
-                "replicas": 1,
-                "serviceName": "db",
-                "selector": {"matchLabels": labels},
-                "template": {"metadata": {"labels": labels}, "spec": spec},
-            },
-        },
+        stateful.statefulset(env.ns, "db", {"app": "db"}, spec),
     )
-    return f"kubernetes.io/csi/{DRIVER}^{handle}"
+    return stateful.volume_id(handle)
 
 
 def running_on(kube: Kube, ns: str, node: str) -> JSON | None:
@@ -190,8 +141,7 @@ def running_on(kube: Kube, ns: str, node: str) -> JSON | None:
 
 
 def attachments(kube: Kube, node: str) -> list[JSON]:
-    items = kube.get(VA_PATH)["items"]
-    return [va for va in items if va["spec"]["nodeName"] == node]
+    return stateful.on_node(kube.get(VA_PATH)["items"], node)
 
 
 def attached(kube: Kube, node: str) -> bool:
@@ -199,8 +149,7 @@ def attached(kube: Kube, node: str) -> bool:
 
 
 def multi_attach_events(kube: Kube, ns: str) -> list[str]:
-    events = kube.get(f"/api/v1/namespaces/{ns}/events")["items"]
-    return [e["message"] for e in events if "Multi-Attach" in (e.get("message") or "")]
+    return stateful.multi_attach(kube.get(f"/api/v1/namespaces/{ns}/events")["items"])
 
 
 @dataclass
