@@ -81,14 +81,15 @@ def _row(cell: dict[str, Any]) -> str:
 
 
 def run_cell(
-    cluster: Cluster, root: Path, kind: str, config: str, csi_dir: Path | None
+    cluster: Cluster, root: Path, kind: str, config: str, csi_dir: Path | None, volume: str
 ) -> dict[str, Any]:
     group = f"dep-{secrets.token_hex(2)}"
     if csi_dir is not None:
         # The mock driver's volumes live in its memory: each cell starts with them free.
         cluster.stop_attacher()
         cluster.start_attacher(csi_dir, stateful.DRIVER)
-    with Scene.up(cluster, root / group, group, CONFIGS[config], csi_dir=csi_dir) as scene:
+    up = Scene.up(cluster, root / group, group, CONFIGS[config], csi_dir=csi_dir, volume=volume)
+    with up as scene:
         departure = scene.depart(IMPLEMENTED[kind])
     return summarize(departure)
 
@@ -119,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         for kind in kinds:
             for config in configs:
                 started = time.monotonic()
-                cell = run_cell(cluster, root, kind, config, csi_dir)
+                volume = str(len(cells) % 3 + 1)  # the mock driver's three, in turn
+                cell = run_cell(cluster, root, kind, config, csi_dir, volume)
                 cell["cell_s"] = round(time.monotonic() - started, 1)
                 cells.append(cell)
                 print(_row(cell), flush=True)

@@ -229,6 +229,7 @@ class Scene:
     stopped: float | None = None  # `systemctl stop nodeagent` returned
     dnd: bool = True  # a do-not-disrupt pod serving a long request on the leaving node
     csi_dir: Path | None = None  # with storage: a StatefulSet on the real CSI attach path
+    volume: str = "1"  # the mock driver's volume it uses
 
     @property
     def ns(self) -> str:
@@ -245,12 +246,15 @@ class Scene:
         agent_extra: str = "",
         dnd: bool = True,
         csi_dir: Path | None = None,
+        volume: str = "1",
     ) -> Iterator[Scene]:
         """Nodes, workload and client, all Ready; everything stopped and checked on exit.
         Without `dnd`, no do-not-disrupt pod (whose ceiling makes the departure 60 s longer).
         With `csi_dir` (hack/realnode/csi.py's build, its attacher running beside the
         control plane), every node runs the CSI node plugin and a StatefulSet of one
-        replica holds a ReadWriteOnce volume on the leaving node."""
+        replica holds a ReadWriteOnce volume on the leaving node: the mock driver's
+        `volume` ("1" to "3"; the attach/detach controller keeps one attached to a node
+        that powered off for minutes, so consecutive scenes take turns)."""
         nodes: list[RealNode] = []
         client: ClientNet | None = None
         try:
@@ -269,12 +273,14 @@ class Scene:
             client = ClientNet.start(cluster, workdir / "client", as_node=nodes[1].name)
             scene = cls(
                 cluster, workdir, group, config, nodes[0], nodes[1], client, dnd=dnd,
-                csi_dir=csi_dir,
+                csi_dir=csi_dir, volume=volume,
             )  # fmt: skip
             scene._deploy()
             yield scene
         finally:
             errors = []
+            if csi_dir is not None:
+                _release_volume(cluster, group, nodes)
             if client is not None:
                 try:
                     client.stop()
@@ -342,7 +348,7 @@ class Scene:
         with contextlib.suppress(ApiError):  # there already: one per cluster
             kube.create(stateful.CSIDRIVERS, stateful.csidriver())
         pv = f"{self.group}-db"
-        kube.create("/api/v1/persistentvolumes", stateful.persistent_volume(pv, ns, "1"))
+        kube.create("/api/v1/persistentvolumes", stateful.persistent_volume(pv, ns, self.volume))
         kube.create(f"/api/v1/namespaces/{ns}/persistentvolumeclaims", stateful.claim(ns, pv))
         spec = pod_spec(self.group, affinity=prefer(self.leaving.name))
         body = stateful.statefulset(ns, "db", {"app": "db"}, spec)
@@ -635,6 +641,24 @@ class EndpointTracker:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(10)
+
+
+def _release_volume(cluster: Cluster, ns: str, nodes: list[RealNode]) -> None:
+    """The StatefulSet deleted and its volume detached from the nodes still running
+    (bounded), so that the next scene can attach it; one left on a node that is off stays
+    attached for the attach/detach controller's 6 minutes."""
+    kube = cluster.kube
+    running = [n.name for n in nodes if n.running()]
+
+    def detached() -> bool:
+        vas = kube.get(stateful.VA_PATH)["items"]
+        return not [va for name in running for va in stateful.on_node(vas, name)]
+
+    with contextlib.suppress(ApiError, TimeoutError):
+        kube.delete(f"/apis/apps/v1/namespaces/{ns}/statefulsets/db")
+        wait_until(detached, 60, "the volume detached from the running nodes")
+    with contextlib.suppress(ApiError):
+        kube.delete(f"/api/v1/persistentvolumes/{ns}-db")
 
 
 def _keep_journal(node: RealNode, path: Path) -> None:
