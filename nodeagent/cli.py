@@ -397,7 +397,7 @@ def run(**params: Any) -> None:
     check_rejection(cfg)
     from nodeagent.host.preload import preload
 
-    preload()  # a package upgrade must not give this process a mix of versions
+    preload(cfg)  # a package upgrade must not give this process a mix of versions
     from nodeagent.report import metrics
 
     metrics.enable()  # before anything counts

@@ -14,6 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from nodeagent.config import Config, RejectionConfig
+from nodeagent.host.preload import third_party
+
 REPO = Path(__file__).resolve().parent.parent
 
 PROBE = """
@@ -89,3 +94,46 @@ def test_the_client_library_loads_all_it_uses_when_the_client_is_built() -> None
     """A client built on the library (an exec plugin) imports at start what it uses later;
     tests/test_daemonset_identity.py checks that a refresh of the credential loads nothing."""
     assert late_modules(lazy_imports(library=True), "library") == []
+
+
+PATHS = {"state_roots": ["/var/lib/app"], "state_paths": ["/var/lib/app/{uid}"]}
+
+
+@pytest.mark.parametrize(
+    ("cfg", "psutil"),
+    [
+        (None, True),  # no configuration: everything (what the probe above checks)
+        (Config(), False),  # the default wipe has no paths, so it looks for no holders
+        (Config(rejection=RejectionConfig(**PATHS)), True),
+        (Config(rejection=RejectionConfig(enabled=False, **PATHS)), False),
+        (Config(rejection=RejectionConfig(hooks=["/bin/true"])), False),
+    ],
+)
+def test_psutil_is_preloaded_only_for_a_wipe_with_state_paths(
+    cfg: Config | None, psutil: bool
+) -> None:
+    assert ("psutil" in third_party(cfg)) == psutil
+
+
+WIPE_WITHOUT_PATHS = """
+import sys
+from nodeagent.config import Config
+from nodeagent.host.preload import preload
+from nodeagent.rejection.wipe import PodRef, wipe
+preload(Config())
+result = wipe(PodRef("ns", "name", "uid"), Config().rejection)
+print(result.reason, "psutil" in sys.modules)
+"""
+
+
+def test_a_wipe_without_state_paths_never_imports_psutil() -> None:
+    """What makes leaving it out of the default preload safe."""
+    out = subprocess.run(
+        [sys.executable, "-c", WIPE_WITHOUT_PATHS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        cwd=REPO,
+    )
+    assert out.stdout.split() == ["Wiped", "False"], out

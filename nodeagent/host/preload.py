@@ -7,7 +7,9 @@ is the old one. Importing everything at start keeps the process on the version i
 with: Python never reads a module's file again once it is in ``sys.modules``.
 
 The standard library is not in the package (it comes with the system's Python), so only the
-agent's own modules and the third-party ones it imports inside functions are listed.
+agent's own modules and the third-party ones it imports inside functions are listed. A
+third-party module that only a feature the configuration leaves off would import is not
+loaded: the process could never import it later, and its memory would be spent on every node.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import importlib
 import pkgutil
 
 import nodeagent
+from nodeagent.config import Config
 
 # Third-party modules the agent imports inside functions (tests/test_preload.py keeps this list
 # complete), with the submodules they load on first use.
@@ -33,8 +36,16 @@ THIRD_PARTY = (
     "jeepney.bus_messages",
     "prometheus_client",
     "sdnotify",
-    "psutil",
 )
+# The rejected-pod wipe looks for processes holding the pod's state with psutil
+# (nodeagent/rejection/wipe.py), only when [rejection] names state paths: 1 MB of RSS.
+WIPE_HOLDERS = ("psutil",)
+
+
+def third_party(cfg: Config | None) -> tuple[str, ...]:
+    """The third-party modules a daemon running with `cfg` may import later (all: no config)."""
+    holders = cfg is None or (cfg.rejection.enabled and bool(cfg.rejection.state_paths))
+    return THIRD_PARTY + (WIPE_HOLDERS if holders else ())
 
 
 def own_modules() -> list[str]:
@@ -43,9 +54,9 @@ def own_modules() -> list[str]:
     return sorted(m.name for m in found if m.name != "nodeagent.__main__")
 
 
-def preload() -> int:
-    """Import the agent's modules and its lazily imported dependencies; how many."""
-    names = [*own_modules(), *THIRD_PARTY]
+def preload(cfg: Config | None = None) -> int:
+    """Import the agent's modules and the dependencies it imports lazily with `cfg`; how many."""
+    names = [*own_modules(), *third_party(cfg)]
     for name in names:
         importlib.import_module(name)
     return len(names)

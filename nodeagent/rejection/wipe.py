@@ -89,8 +89,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import psutil
-
 from nodeagent.config import RejectionConfig
 
 log = logging.getLogger(__name__)
@@ -400,6 +398,8 @@ class _Wipe:
             held.add(target.real, self._check)
         if not held.prefixes:
             return []
+        import psutil  # only a wipe with state paths needs it (nodeagent/host/preload.py)
+
         skip = {1, os.getpid(), *(p.pid for p in psutil.Process().parents())}
         found = []
         for proc in psutil.process_iter():
@@ -615,6 +615,8 @@ class _Held:
 
 def _signal(procs: list[Any], sig: signal.Signals) -> list[str]:
     """Send ``sig`` to each process; psutil refuses a pid reused since it was found."""
+    import psutil
+
     failures = []
     for proc in procs:
         try:
@@ -628,6 +630,8 @@ def _signal(procs: list[Any], sig: signal.Signals) -> list[str]:
 
 def _alive(proc: Any) -> bool:
     # A zombie holds nothing any more; its parent, not the wipe, reaps it.
+    import psutil
+
     try:
         return bool(proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
