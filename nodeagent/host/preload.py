@@ -34,7 +34,6 @@ THIRD_PARTY = (
     "jeepney.io.blocking",
     "jeepney.io.threading",
     "jeepney.bus_messages",
-    "prometheus_client",
     "sdnotify",
 )
 # The rejected-pod wipe looks for processes holding the pod's state with psutil
