@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import math
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -384,41 +383,23 @@ def serve(address: str, unhealthy: Callable[[], list[str]] = list) -> Any:
     """
     if not address:
         return None
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from nodeagent.report.httpd import Reply, Server
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?")[0]
-            if path == "/metrics":
-                self._reply(200, enable().exposition(), CONTENT_TYPE)
-            elif path == "/healthz":
-                stalled = unhealthy()
-                text = f"stalled: {', '.join(stalled)}\n" if stalled else "ok\n"
-                self._reply(503 if stalled else 200, text.encode(), "text/plain")
-            else:
-                self._reply(404, b"not found\n", "text/plain")
-
-        def _reply(self, code: int, body: bytes, content_type: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # scrapes every few seconds would flood the journal
+    def page(path: str) -> Reply:
+        if path == "/metrics":
+            return 200, enable().exposition(), CONTENT_TYPE
+        if path == "/healthz":
+            stalled = unhealthy()
+            text = f"stalled: {', '.join(stalled)}\n" if stalled else "ok\n"
+            return 503 if stalled else 200, text.encode(), "text/plain"
+        return 404, b"not found\n", "text/plain"
 
     host, _, port = address.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
-
-    class Server(ThreadingHTTPServer):
-        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-
     try:
-        server = Server((host, int(port)), Handler)
+        server = Server(host, int(port), page)
     except (OSError, ValueError) as exc:
         log.warning("metrics server on %s not started: %s", address, exc)
         return None
-    server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return server
