@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.config import Config, RejectionConfig
-from nodeagent.host.preload import third_party
+from nodeagent.host.preload import NOT_PRELOADED, third_party
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -60,7 +60,9 @@ def lazy_imports(library: bool = False) -> list[str]:
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 names.add(node.module)
                 names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return sorted(names)
+    # The entry point imports the CLI before anything else runs, or never (the test below).
+    cli = [m for m in NOT_PRELOADED if m != "nodeagent.__main__"]
+    return sorted(n for n in names if not any(n == m or n.startswith(f"{m}.") for m in cli))
 
 
 def test_lazy_imports_are_found() -> None:
@@ -137,3 +139,36 @@ def test_a_wipe_without_state_paths_never_imports_psutil() -> None:
         cwd=REPO,
     )
     assert out.stdout.split() == ["Wiped", "False"], out
+
+
+ENTRY = """
+import sys
+sys.argv = ["nodeagent", *sys.argv[1:]]
+from nodeagent.agent import launch
+params = launch.daemon_params(sys.argv[1:])
+from nodeagent.config import Config
+from nodeagent.host.preload import preload
+preload(Config())
+print(params is not None, "click" in sys.modules, "nodeagent.cli" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(
+    ("argv", "cli"),
+    [
+        (["run", "--config", "/etc/nodeagent/config.toml"], False),  # the units' command line
+        (["run", "--help"], True),  # click's: the entry point imports the CLI at once
+    ],
+)
+def test_the_daemon_as_started_never_loads_click(argv: list[str], cli: bool) -> None:
+    """The entry point decides before anything else runs whether click parses the command
+    line; the daemon's preload never loads it."""
+    out = subprocess.run(
+        [sys.executable, "-c", ENTRY, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        cwd=REPO,
+    )
+    assert out.stdout.split() == [str(not cli), "False", "False"], out

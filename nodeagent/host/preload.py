@@ -47,10 +47,16 @@ def third_party(cfg: Config | None) -> tuple[str, ...]:
     return THIRD_PARTY + (WIPE_HOLDERS if holders else ())
 
 
+# Not ``__main__`` (importing it runs the program), nor the click CLI: the entry point
+# (nodeagent/agent/launch.py) imports the CLI first thing or never, and a daemon started
+# without it spares the memory of click.
+NOT_PRELOADED = ("nodeagent.__main__", "nodeagent.cli")
+
+
 def own_modules() -> list[str]:
-    """Every module of the nodeagent package except ``__main__`` (importing it runs the CLI)."""
+    """Every module of the nodeagent package the daemon may import."""
     found = pkgutil.walk_packages(nodeagent.__path__, "nodeagent.")
-    return sorted(m.name for m in found if m.name != "nodeagent.__main__")
+    return sorted(m.name for m in found if m.name not in NOT_PRELOADED)
 
 
 def preload(cfg: Config | None = None) -> int:
