@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import ast
 import json
+import pkgutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import nodeagent
 from nodeagent.config import Config, RejectionConfig
-from nodeagent.host.preload import NOT_PRELOADED, third_party
+from nodeagent.host.preload import NOT_PRELOADED, own_modules, third_party
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -172,3 +174,31 @@ def test_the_daemon_as_started_never_loads_click(argv: list[str], cli: bool) -> 
         cwd=REPO,
     )
     assert out.stdout.split() == [str(not cli), "False", "False"], out
+
+
+def test_own_modules_are_the_packages_modules() -> None:
+    found = pkgutil.walk_packages(nodeagent.__path__, "nodeagent.")
+    assert own_modules() == sorted(m.name for m in found if m.name not in NOT_PRELOADED)
+    assert "nodeagent.agent.daemon" in own_modules()
+
+
+WIPE_WITH_HOOKS = """
+import sys
+from nodeagent.config import RejectionConfig
+from nodeagent.rejection.wipe import PodRef, wipe
+print("subprocess" in sys.modules, end=" ")
+result = wipe(PodRef("ns", "name", "uid"), RejectionConfig(hooks=["/bin/true {uid}"]))
+print(result.reason, result.hooks)
+"""
+
+
+def test_only_a_wipe_with_hooks_imports_subprocess() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", WIPE_WITH_HOOKS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        cwd=REPO,
+    )
+    assert out.stdout.split() == ["False", "Wiped", "['/bin/true", "uid']"], out
