@@ -19,7 +19,7 @@ import pytest
 
 import nodeagent
 from nodeagent.config import Config, RejectionConfig
-from nodeagent.host.preload import NOT_PRELOADED, own_modules, third_party
+from nodeagent.host.preload import CLI_ONLY, NOT_PRELOADED, own_modules, third_party
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -43,6 +43,7 @@ print(json.dumps([m for m in late if m.split(".")[0] not in sys.stdlib_module_na
 
 # Imported only for a kubeconfig the client library must load, when the client is built.
 LIBRARY = REPO / "nodeagent" / "kube" / "library.py"
+CLI = REPO / "nodeagent" / "cli.py"
 
 
 def lazy_imports(library: bool = False) -> list[str]:
@@ -50,8 +51,8 @@ def lazy_imports(library: bool = False) -> list[str]:
     outside the client library's module (or only in it)."""
     names: set[str] = set()
     for path in sorted((REPO / "nodeagent").rglob("*.py")):
-        if (path == LIBRARY) != library:
-            continue
+        if (path == LIBRARY) != library or path == CLI:
+            continue  # the CLI's commands are one-shot processes: nothing to preload
         tree = ast.parse(path.read_text())
         top = set(map(id, tree.body))
         for node in ast.walk(tree):
@@ -62,9 +63,8 @@ def lazy_imports(library: bool = False) -> list[str]:
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 names.add(node.module)
                 names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    # The entry point imports the CLI before anything else runs, or never (the test below).
-    cli = [m for m in NOT_PRELOADED if m != "nodeagent.__main__"]
-    return sorted(n for n in names if not any(n == m or n.startswith(f"{m}.") for m in cli))
+    # The entry point imports the CLI before anything else runs, or never (the tests below).
+    return sorted(n for n in names if not any(n == m or n.startswith(f"{m}.") for m in CLI_ONLY))
 
 
 def test_lazy_imports_are_found() -> None:
@@ -202,3 +202,27 @@ def test_only_a_wipe_with_hooks_imports_subprocess() -> None:
         cwd=REPO,
     )
     assert out.stdout.split() == ["False", "Wiped", "['/bin/true", "uid']"], out
+
+
+def importers(module: str) -> set[str]:
+    """The package's files that import `module`, at the top or inside a function."""
+    found = set()
+    for path in (REPO / "nodeagent").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+            else:
+                continue
+            if module in names:
+                found.add(str(path.relative_to(REPO)))
+    return found
+
+
+@pytest.mark.parametrize("module", CLI_ONLY)
+def test_what_is_not_preloaded_only_the_cli_imports(module: str) -> None:
+    expected = {"nodeagent/agent/launch.py", "nodeagent/__main__.py"}
+    if module != "nodeagent.cli":
+        expected = {"nodeagent/cli.py"}
+    assert importers(module) and importers(module) <= expected, importers(module)
