@@ -20,6 +20,7 @@ import pytest
 import nodeagent
 from nodeagent.config import Config, RejectionConfig
 from nodeagent.host.preload import CLI_ONLY, NOT_PRELOADED, own_modules, third_party
+from tests.test_plainyaml import KUBEADM
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -226,3 +227,27 @@ def test_what_is_not_preloaded_only_the_cli_imports(module: str) -> None:
     if module != "nodeagent.cli":
         expected = {"nodeagent/cli.py"}
     assert importers(module) and importers(module) <= expected, importers(module)
+
+
+KUBEADM_STYLE = """
+import sys
+from nodeagent.config import Config
+from nodeagent.host.preload import preload
+from nodeagent.kube.kubeconfig import parse_yaml
+preload(Config())
+doc = parse_yaml(sys.stdin.read())
+print(doc["users"][0]["name"], "yaml" in sys.modules)
+"""
+
+
+def test_a_plain_kubeconfig_never_imports_pyyaml() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", KUBEADM_STYLE],
+        input=KUBEADM,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        cwd=REPO,
+    )
+    assert out.stdout.split() == ["system:node:worker-1", "False"], out

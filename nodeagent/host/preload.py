@@ -41,10 +41,16 @@ THIRD_PARTY = (
 WIPE_HOLDERS = ("psutil",)
 
 
+# PyYAML reads a kubeconfig outside the plain subset (nodeagent/kube/kubeconfig.py), which
+# only connecting does, right after this preload and never on the stop path: it is imported
+# then if at all (1.0 MB of RSS the kubeconfigs of kubeadm, k3s and kubectl do not need).
+CONNECT_ONLY = ("yaml",)
+
+
 def third_party(cfg: Config | None) -> tuple[str, ...]:
     """The third-party modules a daemon running with `cfg` may import later (all: no config)."""
     holders = cfg is None or (cfg.rejection.enabled and bool(cfg.rejection.state_paths))
-    return THIRD_PARTY + (WIPE_HOLDERS if holders else ())
+    return THIRD_PARTY + (WIPE_HOLDERS if holders else ()) + (CONNECT_ONLY if cfg is None else ())
 
 
 # Not ``__main__`` (importing it runs the program), nor the click CLI: the entry point
