@@ -3,7 +3,9 @@
 Each agent runs as its node, with the kubelet's identity (the host form's default
 credentials), and the shipped defaults but for what a shared host needs: no logind (this
 machine has one session manager for all of them), SIGTERM not a departure (the evacuate
-taint is the departure here), and a lock file, journal and metrics port of its own.
+taint is the departure here), and a lock file, journal and metrics port of its own. Each
+runs with the environment the shipped unit sets (systemd/nodeagent.service's Environment=),
+which changes what the agent costs (MALLOC_ARENA_MAX).
 An agent that exits is started again, as systemd's Restart= would, and counted.
 """
 
@@ -24,6 +26,7 @@ from hack.localcluster.cluster import Cluster
 from tests.agentproc import free_port, toml
 
 REPO = Path(__file__).resolve().parent.parent
+UNIT = REPO / "systemd" / "nodeagent.service"
 SUPERVISE_EVERY = 0.5
 STOP_GRACE = 10.0
 
@@ -39,6 +42,18 @@ def config(workdir: Path, node: str, port: int) -> str:
     )
 
 
+def unit_environment(unit: Path = UNIT) -> dict[str, str]:
+    """The variables a unit's Environment= lines set (space-separated NAME=VALUE pairs)."""
+    env: dict[str, str] = {}
+    for line in unit.read_text().splitlines():
+        key, _, value = line.strip().partition("=")
+        if key == "Environment":
+            for pair in value.split():
+                name, _, setting = pair.partition("=")
+                env[name] = setting
+    return env
+
+
 @dataclass
 class Resident:
     node: str
@@ -52,6 +67,7 @@ class Resident:
 
     def start(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("NODEAGENT_")}
+        env |= unit_environment()
         cmd = [sys.executable, "-m", "nodeagent", "run", "--config", str(self.config)]
         cmd += ["--kubeconfig", str(self.kubeconfig)]
         with self.log.open("ab") as out:

@@ -1,3 +1,3 @@
-from nodeagent.cli import main
+from nodeagent.agent.launch import main
 
 main()

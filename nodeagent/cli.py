@@ -7,51 +7,23 @@ Exit codes: 0 ok, 1 runtime error (API unreachable, forbidden, node not found),
 
 from __future__ import annotations
 
-import functools
 import json
-import logging
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from nodeagent import __version__
-from nodeagent.config import Config, ConfigError
-from nodeagent.config import load as load_config
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-class JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        return json.dumps(
-            {
-                "ts": round(record.created, 3),
-                "level": record.levelname.lower(),
-                "logger": record.name,
-                "msg": record.getMessage(),
-            }
-        )
-
-
-def setup_logging(verbose: int, fmt: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    level = logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING
-    logging.basicConfig(level=level, handlers=[handler], force=True)
-    # The client's own loggers are noisy at INFO and could echo request headers.
-    logging.getLogger("kubernetes").setLevel(logging.WARNING)
-    logging.getLogger("urllib3").setLevel(logging.ERROR)
-
-
-def fail(message: str, code: int) -> None:
-    click.echo(f"nodeagent: error: {message}", err=True)
-    sys.exit(code)
+from nodeagent.agent.launch import (
+    F,
+    build_config,
+    check_rejection,
+    fail,
+    handle_errors,
+    run_daemon,
+)
 
 
 def common_options(func: F) -> F:
@@ -86,73 +58,6 @@ def common_options(func: F) -> F:
     for opt in reversed(opts):
         func = opt(func)
     return func
-
-
-def check_rejection(cfg: Config) -> None:
-    """Refuse a [rejection] section whose wipe would refuse paths for every pod."""
-    if not (cfg.rejection.state_paths or cfg.rejection.hooks or cfg.rejection.state_roots):
-        return
-    from nodeagent.rejection.wipe import config_problems
-
-    problems = config_problems(cfg.rejection)
-    if problems:
-        raise ConfigError(f"rejection: {problems[0]}")
-
-
-# The flag behind each config key a flag can set, so errors name what the user typed.
-FLAGS = {
-    "kubeconfig": "--kubeconfig",
-    "node": "--node",
-    "log_format": "--log-format",
-    "drain.deadline": "--deadline",
-    "drain.force_after_deadline": "--force-after-deadline",
-    "drain.do_not_disrupt_ceiling": "--do-not-disrupt-ceiling",
-    "drain.finished_pods": "--finished-pods",
-}
-
-
-def build_config(params: dict[str, Any], overrides: dict[str, Any] | None = None) -> Config:
-    flags = {
-        "kubeconfig": params.pop("kubeconfig"),
-        "node": params.pop("node"),
-        "log_format": params.pop("log_format"),
-    }
-    try:
-        cfg = load_config(
-            params.pop("config_file"), overrides={**flags, **(overrides or {})}, flags=FLAGS
-        )
-    except ConfigError as exc:
-        fail(str(exc), 2)
-    setup_logging(params.pop("verbose"), cfg.log_format)
-    return cfg
-
-
-def handle_errors(func: F) -> F:
-    """Turn the errors users cause or meet into one line and a distinct exit code."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from nodeagent.fence.marker import CordonedByOther
-        from nodeagent.host.nodeclaim import AgentClaimError
-        from nodeagent.kube.errors import KubeConfigError, KubeError
-
-        try:
-            return func(*args, **kwargs)
-        except (ConfigError, KubeConfigError) as exc:
-            fail(str(exc), 2)
-        except AgentClaimError as exc:
-            fail(f"{exc} (set lock_file, or NODEAGENT_LOCK_FILE)", 1)
-        except CordonedByOther as exc:
-            fail(str(exc), 4)
-        except KubeError as exc:
-            fail(str(exc), 1)
-        except KeyboardInterrupt:
-            fail("interrupted", 130)
-        except Exception as exc:  # a bug: still one line, and the stack only with -vv
-            logging.getLogger(__name__).debug("internal error", exc_info=True)
-            fail(f"internal error: {type(exc).__name__}: {exc} (run with -vv for details)", 1)
-
-    return wrapper  # type: ignore[return-value]
 
 
 class OneLineErrors(click.Group):
@@ -393,18 +298,4 @@ def run(**params: Any) -> None:
     Drains the node when it shuts down, reboots or the service is stopped for
     maintenance (per the [shutdown] policy), and uncordons it after boot.
     """
-    cfg = build_config(params)
-    check_rejection(cfg)
-    from nodeagent.host.preload import preload
-
-    preload()  # a package upgrade must not give this process a mix of versions
-    from nodeagent.report import metrics
-
-    metrics.enable()  # before anything counts
-    from nodeagent.agent.daemon import Agent
-    from nodeagent.agent.loops import Notifier
-    from nodeagent.kube.credentials import connect
-
-    notifier = Notifier()
-    kube, identity = connect(cfg, daemon=True, notify=notifier.send)
-    sys.exit(Agent(cfg, kube, notifier, identity=identity).run())
+    run_daemon(params)

@@ -17,6 +17,7 @@ ORDER = [{"objects"}, {"context", "config"}, {"kube"}, {"fence"}, {"drain"}, {"r
 SHARED = {
     "nodeagent.fence.reason",
     "nodeagent.report.metrics",
+    "nodeagent.report.httpd",  # the metrics' server: imports nothing of the package
     "nodeagent.report.events",
     "nodeagent.report.conditions",
 }

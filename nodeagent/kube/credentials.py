@@ -31,8 +31,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from nodeagent.config import Config, is_node_name
 from nodeagent.kube import kubeconfig as kc
 from nodeagent.kube.client import Kube
@@ -111,9 +109,10 @@ def missing(p: Plan) -> str:
 # -- the identity in a kubeconfig -----------------------------------------------------------
 
 
-# What reading a kubeconfig leniently may raise: a missing or unreadable file, bad YAML,
-# base64 or UTF-8, and entries that are not the mappings and lists expected.
-_UNREADABLE = (OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError)
+# What reading a kubeconfig leniently may raise: a missing or unreadable file, bad YAML
+# (kubeconfig.YamlError), base64 or UTF-8, and entries that are not the mappings and lists
+# expected.
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError, AttributeError)
 
 
 def client_user(kubeconfig: str) -> str:

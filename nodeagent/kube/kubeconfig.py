@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nodeagent.kube import plainyaml
 from nodeagent.kube.endpoint import Endpoint, Pem, TokenFile, load_cert_chain
 from nodeagent.kube.errors import KubeConfigError
 
@@ -74,17 +75,35 @@ def check_kubeconfig(path: Path) -> dict[str, Any]:
     return doc
 
 
+class YamlError(ValueError):
+    """Text that is not YAML: PyYAML's problem, and the line it found it on."""
+
+    def __init__(self, problem: str, line: int | None) -> None:
+        super().__init__(problem)
+        self.problem, self.line = problem, line
+
+
 def parse_yaml(text: str) -> Any:
-    """YAML as `yaml.safe_load` reads it, with libyaml's parser where PyYAML has it
-    (a kubeconfig in 0.1 ms instead of 1.5: a one-shot drain parses one at start)."""
+    """YAML as `yaml.safe_load` reads it: the plain subset kubeconfigs are written in by
+    nodeagent/kube/plainyaml.py, anything else by PyYAML (with libyaml's parser where it
+    has it: a kubeconfig in 0.1 ms instead of 1.5), imported only then. Only connecting
+    reads a kubeconfig, at start (nodeagent/kube/credentials.py), never the stop path,
+    so a daemon may import PyYAML after its preload (nodeagent/host/preload.py)."""
+    try:
+        return plainyaml.parse(text)
+    except plainyaml.Unsupported:
+        pass
     import yaml
 
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    try:
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+        raise YamlError(problem, mark.line + 1 if mark else None) from None
 
 
 def _read(path: Path) -> dict[str, Any]:
-    import yaml
-
     if not path.is_file():
         raise KubeConfigError(
             f"kubeconfig {path}: {'not a file' if path.exists() else 'no such file'}"
@@ -97,11 +116,9 @@ def _read(path: Path) -> dict[str, Any]:
         raise KubeConfigError(
             f"kubeconfig {path}: not a text file (invalid UTF-8 at byte {exc.start})"
         ) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
-        raise KubeConfigError(f"kubeconfig {path}: not YAML{where}: {problem}") from None
+    except YamlError as exc:
+        where = f" at line {exc.line}" if exc.line else ""
+        raise KubeConfigError(f"kubeconfig {path}: not YAML{where}: {exc.problem}") from None
     if doc is None:
         raise KubeConfigError(f"kubeconfig {path}: empty file")
     if not isinstance(doc, dict):

@@ -5,6 +5,9 @@ from what the API says now (never from memory of what they asked for), and wakes
 waiters whenever anything changes. One Reflector serves any number of consumers: each
 adds its change handler (and is handed what is already there), and any number of
 threads wait on `changed`; so the daemon keeps one watch of its node's pods.
+
+The copies are kept without ``metadata.managedFields``: no consumer reads them, and they
+were a third of a pod's memory in the mirror (0.2 MB per 25 pods, every agent).
 """
 
 from __future__ import annotations
@@ -213,7 +216,7 @@ class Reflector:
 
     def _relist(self, stop: threading.Event) -> str:
         data = self.kube.request("GET", self.path, query=self._selectors() or None)
-        fresh = {o["metadata"]["uid"]: o for o in data.get("items") or []}
+        fresh = {o["metadata"]["uid"]: trimmed(o) for o in data.get("items") or []}
         with self.changed:
             if stop.is_set():
                 return ""  # this run is over: the next one (if any) owns the mirror
@@ -257,6 +260,7 @@ class Reflector:
         self.stats.last_progress = time.monotonic()
         meta = obj.get("metadata") or {}
         if kind != "BOOKMARK":
+            obj = trimmed(obj)
             with self.changed:
                 if stop.is_set():
                     return resource_version
@@ -278,6 +282,14 @@ class Reflector:
             handler(kind, obj)
         except Exception:  # one consumer's bug must not end the watch for the others
             log.exception("watch %s: a change handler failed on %s", self.resource, kind)
+
+
+def trimmed(obj: JSON) -> JSON:
+    """`obj` without its managedFields (the server-side apply bookkeeping)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
 
 
 def node_pods(

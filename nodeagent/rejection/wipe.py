@@ -80,18 +80,18 @@ import shlex
 import shutil
 import signal
 import stat
-import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
-
-import psutil
+from typing import IO, TYPE_CHECKING, Any
 
 from nodeagent.config import RejectionConfig
+
+if TYPE_CHECKING:
+    import subprocess
 
 log = logging.getLogger(__name__)
 
@@ -400,6 +400,8 @@ class _Wipe:
             held.add(target.real, self._check)
         if not held.prefixes:
             return []
+        import psutil  # only a wipe with state paths needs it (nodeagent/host/preload.py)
+
         skip = {1, os.getpid(), *(p.pid for p in psutil.Process().parents())}
         found = []
         for proc in psutil.process_iter():
@@ -437,6 +439,8 @@ class _Wipe:
         if self.dry_run:
             return
         self.step = f"while running hook {command!r}"
+        import subprocess  # only a wipe with hooks runs commands: 0.4 MB on every other node
+
         # stderr goes to a file, not a pipe: a grandchild keeping a pipe open would
         # make reading it block past the hook's exit.
         with tempfile.TemporaryFile() as err:
@@ -615,6 +619,8 @@ class _Held:
 
 def _signal(procs: list[Any], sig: signal.Signals) -> list[str]:
     """Send ``sig`` to each process; psutil refuses a pid reused since it was found."""
+    import psutil
+
     failures = []
     for proc in procs:
         try:
@@ -628,6 +634,8 @@ def _signal(procs: list[Any], sig: signal.Signals) -> list[str]:
 
 def _alive(proc: Any) -> bool:
     # A zombie holds nothing any more; its parent, not the wipe, reaps it.
+    import psutil
+
     try:
         return bool(proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
@@ -656,6 +664,8 @@ def _kill_group(pgid: int) -> None:
 
 def _reap(proc: subprocess.Popen[bytes]) -> None:
     # A process stuck in the kernel is left for Popen to reap later.
+    import subprocess
+
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=0.2)
 
