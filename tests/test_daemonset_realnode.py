@@ -9,90 +9,44 @@ node's real logind.
 
 from __future__ import annotations
 
-import shutil
 import time
 from typing import Any
 
 import pytest
-import yaml
 
+import bench.agent_daemonset as ds
 import tests.test_chart as chart
 import tests.test_realnode as realnode
 from hack.realnode import RealNode
 from nodeagent.fence.marker import DRAIN_RESULT
 from nodeagent.kube.client import JSON, Kube
 from tests import kubeutil as ku
-from tests.nspawn import hack
-from tests.test_chart import kubectl, note_cluster_scoped, objects, privileged_namespace, render
+from tests.test_chart import kubectl, privileged_namespace
 
 pytestmark = pytest.mark.timeout(900)
 env = realnode.env  # the real-node fixture
 cluster_scoped = chart.cluster_scoped
 
-KUBECONFIG = "/etc/kubernetes/kubelet.kubeconfig"  # hack/realnode's kubelet credentials
-
 
 def apply(cluster: Any, node: str, ns: str, deadline: str, rbac: list[JSON]) -> JSON:
-    """The chart for this node only (elsewhere the DaemonSet would run on simulated
-    nodes), as `helm upgrade` would apply it; returns the rendered DaemonSet and adds
-    its cluster-scoped objects to `rbac`."""
-    values = [
-        "identity=kubelet",
-        f"kubeletIdentity.kubeconfig={KUBECONFIG}",
-        "image.pullPolicy=Never",
-        f"nodeSelector.kubernetes\\.io/hostname={node}",
-        f"config.drain.deadline={deadline}",
-        "config.log_format=text",
-        # The real node's pods have a network without a route to the host, where the
-        # local API server listens on loopback.
-        "hostNetwork=true",
-        # Host network means host ports: no surge (the new pod could not be placed).
-        "updateStrategy.rollingUpdate.maxSurge=0",
-        "updateStrategy.rollingUpdate.maxUnavailable=1",
-        # The node's logind waits 5 s by default: the agent raises it.
-        "logindDropIn.enabled=true",
-    ]
-    docs = objects(render(ns, ns, values))
-    note_cluster_scoped(docs, rbac)
-    done = kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
-    assert done.returncode == 0, done.stderr
-    (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
-    return ds
-
-
-def agent_pods(kube: Kube, ns: str) -> list[JSON]:
-    return list(kube.get(f"/api/v1/namespaces/{ns}/pods")["items"])
+    """The chart for this node only, as `helm upgrade` would apply it."""
+    return ds.apply(cluster, ns, ds.values({"kubernetes.io/hostname": node}, deadline), rbac)
 
 
 def running_agent(kube: Kube, ns: str) -> JSON | None:
-    live = [
-        p
-        for p in agent_pods(kube, ns)
-        if ku.ready(p) and not p["metadata"].get("deletionTimestamp")
-    ]
+    live = ds.ready_agents(kube, ns)
     return live[0] if len(live) == 1 else None
-
-
-def agent_locks(node: RealNode) -> list[str]:
-    out = node.run("systemd-inhibit", "--list", "--no-legend", "--no-pager").stdout
-    return [line for line in out.splitlines() if "nodeagent" in line and "delay" in line]
 
 
 def test_rollout_leaves_the_node_alone_and_poweroff_drains(
     env: Any, cluster: Any, kube: Kube, cluster_scoped: list[JSON]
 ) -> None:
-    oci, docker = hack("build-image", 1800)
-    del oci
+    archive = ds.image_archive()
     node = RealNode.create(cluster, f"{env.group}-ds", env.tmp / "ds", realnode.NodeOptions(
         labels={ku.GROUP_LABEL: env.group}))  # fmt: skip
     env.nodes.append(node)
-    shutil.copyfile(docker, node.path("var/tmp/nodeagent.tar"))
     node.boot()
-    # No registry: the image goes into the node's containerd as the test images do.
-    done = node.run(
-        "ctr", "-n", "k8s.io", "images", "import", "/var/tmp/nodeagent.tar", timeout=300
-    )
-    assert done.returncode == 0, done.stderr
+    ds.import_image(node, archive)
     env.deployment("web", 1, realnode.POLITE, 2)
     ku.wait_until(lambda: len(ku.running(ku.pods_on(kube, node.name))) == 1, 120, "web")
     ns = privileged_namespace(kube, ku.unique("dsreal"))
@@ -101,11 +55,11 @@ def test_rollout_leaves_the_node_alone_and_poweroff_drains(
     try:
         first = ku.wait_until(lambda: running_agent(kube, ns), 180, "the agent pod Ready")
     except AssertionError:
-        for pod in agent_pods(kube, ns):
+        for pod in ds.agent_pods(kube, ns):
             print("agent pod:", pod["metadata"]["name"], pod.get("status"))
         print(kubectl(cluster, "get", "events", "-n", ns).stdout)
         raise
-    ku.wait_until(lambda: agent_locks(node), 60, "the agent's logind delay lock")
+    ku.wait_until(lambda: ds.agent_locks(node), 60, "the agent's logind delay lock")
     before = ku.node(kube, node.name)
 
     # A rollout: the config changes, so does the pod template's checksum.
@@ -114,11 +68,13 @@ def test_rollout_leaves_the_node_alone_and_poweroff_drains(
 
     def replaced() -> JSON | None:
         pod = running_agent(kube, ns)
-        gone = all(p["metadata"]["uid"] != first["metadata"]["uid"] for p in agent_pods(kube, ns))
+        gone = all(
+            p["metadata"]["uid"] != first["metadata"]["uid"] for p in ds.agent_pods(kube, ns)
+        )
         return pod if pod and gone else None
 
     second = ku.wait_until(replaced, 180, "the rollout")
-    ku.wait_until(lambda: agent_locks(node), 60, "the new pod's delay lock")
+    ku.wait_until(lambda: ds.agent_locks(node), 60, "the new pod's delay lock")
     print(f"rollout: new pod Ready and old one gone in {time.monotonic() - started:.1f}s")
     after = ku.node(kube, node.name)
     assert not after["spec"].get("unschedulable"), after["spec"]
@@ -131,7 +87,7 @@ def test_rollout_leaves_the_node_alone_and_poweroff_drains(
     env.open_spare()
     assert node.run("systemctl", "poweroff").returncode == 0
     node.wait_exit(120)
-    logs = sorted(node.path("var/log/pods").glob(f"{ns}_*/nodeagent/*.log"))
+    logs = ds.pod_logs(node, ns)
     print("\n".join(f"--- {log}\n{log.read_text(errors='replace')}" for log in logs))
     drained = ku.node(kube, node.name)
     assert drained["spec"].get("unschedulable"), drained["spec"]
