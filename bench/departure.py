@@ -13,10 +13,13 @@ powered off once drained, or after 15 s without the agent, as an autoscaler woul
 other, the next once the one before is back and the service whole), sigterm-ignoring (a
 poweroff while a pod that ignores SIGTERM, with a 300 s grace, runs on the node), stop
 (`systemctl stop nodeagent` for maintenance, then the kubelet and every container stopped
-for 10 s and started again, as an upgrade of the runtime does).
+for 10 s and started again, as an upgrade of the runtime does), daemonset-poweroff (a
+poweroff with the agent in its DaemonSet form: the image of hack/build-image imported into
+each node's containerd, the Helm chart rendered for the kubelet identity with the chart's
+defaults otherwise, bench/agent_daemonset.py; without an agent the same as poweroff).
 configs: none (no agent, the kubelet's graceful shutdown off), gns (the kubelet's graceful
-shutdown: 30 s, 10 s for critical pods), nodeagent (the agent from its .deb, README defaults),
-nodeagent+gns.
+shutdown: 30 s, 10 s for critical pods), nodeagent (the agent from its .deb, README defaults,
+or as the DaemonSet for daemonset-poweroff), nodeagent+gns.
 
 With storage (the default; --no-storage leaves it out), each node runs the mock CSI driver's
 node plugin and the cell's StatefulSet of one replica holds a ReadWriteOnce volume on the
@@ -88,9 +91,13 @@ def run_cell(
         # The mock driver's volumes live in its memory: each cell starts with them free.
         cluster.stop_attacher()
         cluster.start_attacher(csi_dir, stateful.DRIVER)
-    up = Scene.up(cluster, root / group, group, CONFIGS[config], csi_dir=csi_dir, volume=volume)
+    daemonset = kind == Kind.DAEMONSET_POWEROFF.value
+    up = Scene.up(cluster, root / group, group, CONFIGS[config], csi_dir=csi_dir, volume=volume,
+                  daemonset=daemonset)  # fmt: skip
     with up as scene:
         departure = scene.depart(IMPLEMENTED[kind])
+    if daemonset and not CONFIGS[config].agent:
+        departure.notes.append("no agent in this config: the same as kind poweroff")
     return summarize(departure)
 
 
@@ -125,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                 cell["cell_s"] = round(time.monotonic() - started, 1)
                 cells.append(cell)
                 print(_row(cell), flush=True)
+                for note in cell.get("notes") or []:
+                    print(f"    note: {note}", flush=True)
                 if args.json:
                     args.json.write_text(json.dumps(cells, indent=2) + "\n")
     finally:

@@ -10,6 +10,7 @@ through the Service while the leaving node departs, and returns every request's 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import functools
 import json
 import subprocess
@@ -22,6 +23,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from bench import agent_daemonset
 from hack.localcluster.cluster import Cluster
 from hack.localcluster.kubeapi import ApiError
 from hack.realnode import NodeOptions, RealNode, stateful
@@ -62,6 +64,8 @@ class Kind(Enum):
     ROLLING_REBOOT = "rolling-reboot"  # both nodes, one after the other, as an OS-update wave
     SIGTERM_IGNORING = "sigterm-ignoring"  # a poweroff with a pod that ignores SIGTERM
     STOP = "stop"  # systemctl stop nodeagent, then maintenance of the node's runtime
+    # A poweroff with the agent in its DaemonSet form (bench/agent_daemonset.py).
+    DAEMONSET_POWEROFF = "daemonset-poweroff"
 
 
 # The sigterm-ignoring kind's pod: PID 1 without a handler, a grace far past any deadline.
@@ -230,10 +234,17 @@ class Scene:
     dnd: bool = True  # a do-not-disrupt pod serving a long request on the leaving node
     csi_dir: Path | None = None  # with storage: a StatefulSet on the real CSI attach path
     volume: str = "1"  # the mock driver's volume it uses
+    daemonset: bool = False  # the agent runs as the chart's DaemonSet, not from its .deb
+    # The chart's cluster-scoped objects, deleted on exit (its namespace goes with it).
+    rbac: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ns(self) -> str:
         return self.group
+
+    @property
+    def agent_ns(self) -> str:
+        return f"{self.group}-agent"
 
     @classmethod
     @contextlib.contextmanager
@@ -247,6 +258,7 @@ class Scene:
         dnd: bool = True,
         csi_dir: Path | None = None,
         volume: str = "1",
+        daemonset: bool = False,
     ) -> Iterator[Scene]:
         """Nodes, workload and client, all Ready; everything stopped and checked on exit.
         Without `dnd`, no do-not-disrupt pod (whose ceiling makes the departure 60 s longer).
@@ -254,9 +266,13 @@ class Scene:
         control plane), every node runs the CSI node plugin and a StatefulSet of one
         replica holds a ReadWriteOnce volume on the leaving node: the mock driver's
         `volume` ("1" to "3"; the attach/detach controller keeps one attached to a node
-        that powered off for minutes, so consecutive scenes take turns)."""
+        that powered off for minutes, so consecutive scenes take turns). With `daemonset`,
+        an agent config runs the agent as the chart's DaemonSet."""
         nodes: list[RealNode] = []
         client: ClientNet | None = None
+        daemonset = daemonset and config.agent
+        archive = agent_daemonset.image_archive() if daemonset else None
+        rbac: list[dict[str, Any]] = []
         try:
             for suffix in ("a", "b"):
                 name = f"{group}-{suffix}"
@@ -266,14 +282,16 @@ class Scene:
                 nodes.append(node)
                 if csi_dir:
                     realcsi.install_plugin(node.root, stateful.DRIVER)
-                if config.agent:
+                if config.agent and not daemonset:
                     install_agent(node, cluster.kubeconfig, agent_config(name, agent_extra))
                 node.boot()
                 import_into(node)
+                if archive is not None:
+                    agent_daemonset.import_image(node, archive)
             client = ClientNet.start(cluster, workdir / "client", as_node=nodes[1].name)
             scene = cls(
                 cluster, workdir, group, config, nodes[0], nodes[1], client, dnd=dnd,
-                csi_dir=csi_dir, volume=volume,
+                csi_dir=csi_dir, volume=volume, daemonset=daemonset, rbac=rbac,
             )  # fmt: skip
             scene._deploy()
             yield scene
@@ -288,18 +306,27 @@ class Scene:
                     errors.append(str(exc))
             for node in nodes:
                 _keep_journal(node, workdir / f"{node.name}.journal")
+                if daemonset:
+                    _keep_pod_logs(node, f"{group}-agent", workdir / f"{node.name}.agent.log")
                 try:
                     node.stop()
                 except Exception as exc:
                     errors.append(str(exc))
-            with contextlib.suppress(ApiError):
-                cluster.kube.delete(f"/api/v1/namespaces/{group}")
+            for ns in (group, f"{group}-agent") if daemonset else (group,):
+                with contextlib.suppress(ApiError):
+                    cluster.kube.delete(f"/api/v1/namespaces/{ns}")
+            try:
+                agent_daemonset.remove_cluster_scoped(cluster, rbac)
+            except Exception as exc:
+                errors.append(str(exc))
             if errors and sys.exc_info()[0] is None:
                 raise RuntimeError("; ".join(errors))
 
     def _deploy(self) -> None:
         kube, ns = self.cluster.kube, self.ns
         kube.create("/api/v1/namespaces", {"metadata": {"name": ns}})
+        if self.daemonset:  # started first: it comes up while the workload does
+            self._apply_daemonset()
         main = pod_spec(self.group, topologySpreadConstraints=spread("main"))
         dnd = pod_spec(self.group, affinity=prefer(self.leaving.name))
         apps = f"/apis/apps/v1/namespaces/{ns}/deployments"
@@ -335,7 +362,9 @@ class Scene:
         dnd_node = [p for p in self.ready_pods() if p["metadata"]["labels"]["tier"] == "dnd"]
         if self.dnd and dnd_node[0]["spec"]["nodeName"] != self.leaving.name:
             raise RuntimeError("the do-not-disrupt pod was not scheduled on the leaving node")
-        if self.config.agent:
+        if self.daemonset:
+            self._wait_daemonset()
+        elif self.config.agent:
             for node in (self.leaving, self.staying):
                 wait_until(functools.partial(_agent_ready, node), 60, f"the agent on {node.name}")
 
@@ -378,6 +407,28 @@ class Scene:
             if ready and not pod["metadata"].get("deletionTimestamp"):
                 return dict(pod)
         return None
+
+    def _apply_daemonset(self) -> None:
+        """The chart's DaemonSet on both nodes (their group label), the kubelet identity,
+        the chart's own config otherwise (as `helm install` with those values would)."""
+        labels = {"pod-security.kubernetes.io/enforce": "privileged"}  # host network, bus
+        body = {"metadata": {"name": self.agent_ns, "labels": labels}}
+        self.cluster.kube.create("/api/v1/namespaces", body)
+        values = agent_daemonset.values({GROUP_LABEL: self.group})
+        agent_daemonset.apply(self.cluster, self.agent_ns, values, self.rbac)
+
+    def _wait_daemonset(self) -> None:
+        """Each node's agent pod Ready and holding its logind delay lock."""
+        nodes = (self.leaving, self.staying)
+
+        def ready() -> bool:
+            pods = agent_daemonset.ready_agents(self.cluster.kube, self.agent_ns)
+            return {p["spec"].get("nodeName") for p in pods} >= {n.name for n in nodes}
+
+        wait_until(ready, READY_TIMEOUT, "the agent pods Ready")
+        for node in nodes:
+            lock = functools.partial(agent_daemonset.agent_locks, node)
+            wait_until(lock, 60, f"the agent's logind delay lock on {node.name}")
 
     def pods(self) -> list[dict[str, Any]]:
         path = f"/api/v1/namespaces/{self.ns}/pods"
@@ -550,6 +601,8 @@ class Scene:
         return down
 
     def _drain_line(self, reason: str) -> float | None:
+        if self.daemonset:
+            return _pod_log_line(self.leaving, self.agent_ns, f"drain for {reason}: ")
         for entry in self.leaving.journal("-u", "nodeagent.service"):
             if f"drain for {reason}: " in entry["MESSAGE"]:
                 return realtime(entry)
@@ -671,6 +724,27 @@ def _keep_journal(node: RealNode, path: Path) -> None:
         check=False,
     )
     path.write_text(out.stdout)
+
+
+def _keep_pod_logs(node: RealNode, ns: str, path: Path) -> None:
+    """The agent pods' logs (the DaemonSet form), kept as the node's journal is."""
+    logs = agent_daemonset.pod_logs(node, ns)
+    path.write_text("".join(f"--- {log}\n{log.read_text(errors='replace')}" for log in logs))
+
+
+def _pod_log_line(node: RealNode, ns: str, text: str) -> float | None:
+    """When the kubelet logged the agent pod's first line holding `text` (wall clock).
+    A line of the kubelet's log file: `<RFC 3339, nanoseconds> <stream> <tag> <message>`."""
+    found = []
+    for log in agent_daemonset.pod_logs(node, ns):
+        for line in log.read_text(errors="replace").splitlines():
+            stamp, _, message = line.partition(" ")
+            if text in message:
+                day, _, frac = stamp.rstrip("Z").partition(".")
+                when = datetime.datetime.fromisoformat(day).replace(tzinfo=datetime.UTC)
+                found.append(when.timestamp() + float(f"0.{frac or 0}"))
+                break
+    return min(found, default=None)
 
 
 def _agent_ready(node: RealNode) -> bool:

@@ -4,6 +4,7 @@ included) with the real prometheus-operator CRDs installed."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
@@ -112,7 +113,7 @@ def monitoring_crds(cluster: Any, kube: Kube) -> None:
     for kind in ("servicemonitors", "podmonitors", "prometheusrules"):
         # Polled rather than `kubectl wait`: kubectl 1.35 fails at once ("accessor
         # error") on a CRD whose status has no conditions yet, instead of waiting.
-        ku.wait_until(lambda k=kind: crd_established(kube, k), 60, f"CRD {kind} Established")
+        ku.wait_until(functools.partial(crd_established, kube, kind), 60, f"CRD {kind} Established")
 
 
 def crd_established(kube: Kube, kind: str) -> bool:
