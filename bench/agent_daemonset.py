@@ -45,9 +45,12 @@ def import_image(node: RealNode, archive: Path) -> None:
         raise DaemonSetError(f"importing the agent's image into {node.name}: {done.stderr}")
 
 
-def values(selector: dict[str, str], deadline: str | None = None) -> list[str]:
+def values(
+    selector: dict[str, str], deadline: str | None = None, metrics_port: int | None = None
+) -> list[str]:
     """The chart's values for the real nodes `selector` picks (elsewhere the DaemonSet
-    would run on simulated nodes); the chart's drain deadline unless `deadline`."""
+    would run on simulated nodes); the chart's drain deadline and metrics port unless
+    given."""
     keys = [k.replace(".", "\\.") for k in selector]
     return [
         "identity=kubelet",
@@ -55,6 +58,7 @@ def values(selector: dict[str, str], deadline: str | None = None) -> list[str]:
         "image.pullPolicy=Never",
         *[f"nodeSelector.{k}={v}" for k, v in zip(keys, selector.values(), strict=True)],
         *([f"config.drain.deadline={deadline}"] if deadline else []),
+        *([f"metrics.port={metrics_port}"] if metrics_port else []),
         "config.log_format=text",
         # The real node's pods have a network without a route to the host, where the
         # local API server listens on loopback.
@@ -67,11 +71,24 @@ def values(selector: dict[str, str], deadline: str | None = None) -> list[str]:
     ]
 
 
-def apply(cluster: Any, ns: str, chart_values: list[str], rbac: list[JSON]) -> JSON:
-    """The chart as `helm upgrade` would apply it (release `ns` in `ns`); returns the
-    rendered DaemonSet and adds its cluster-scoped objects to `rbac`."""
-    docs = objects(render(ns, ns, chart_values))
+def apply(
+    cluster: Any,
+    ns: str,
+    chart_values: list[str],
+    rbac: list[JSON],
+    release: str = "",
+    verbose: bool = False,
+) -> JSON:
+    """The chart as `helm upgrade` would apply it (release `release`, or `ns`, in `ns`);
+    returns the rendered DaemonSet and adds its cluster-scoped objects to `rbac`. With
+    `verbose`, the agent runs with -v (its INFO lines: what it heard, its drain's
+    outcome), as the host form's journal gets them from tests/nspawn.py's drop-in."""
+    docs = objects(render(release or ns, ns, chart_values))
     note_cluster_scoped(docs, rbac)
+    if verbose:
+        for doc in docs:
+            if doc["kind"] == "DaemonSet":
+                doc["spec"]["template"]["spec"]["containers"][0]["args"].append("-v")
     done = kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
     if done.returncode != 0:
         raise DaemonSetError(f"applying the chart: {done.stderr}")

@@ -26,6 +26,7 @@ from typing import Any
 from bench import agent_daemonset
 from hack.localcluster.cluster import Cluster
 from hack.localcluster.kubeapi import ApiError
+from hack.localcluster.procs import free_ports
 from hack.realnode import NodeOptions, RealNode, stateful
 from hack.realnode import csi as realcsi
 from hack.realnode.images import TEST_IMAGE
@@ -409,16 +410,24 @@ class Scene:
         return None
 
     def _apply_daemonset(self) -> None:
-        """The chart's DaemonSet on both nodes (their group label), the kubelet identity,
-        the chart's own config otherwise (as `helm install` with those values would)."""
+        """The chart's DaemonSet on each node, the kubelet identity, the chart's own config
+        otherwise (as `helm install` with those values would). One release per node: the
+        real nodes share the host's network namespace (hack/nspawn.py), so two host-network
+        agents on the chart's one metrics port would clash, and the one left without its
+        /healthz be restarted by its liveness probe, mid-drain if need be."""
         labels = {"pod-security.kubernetes.io/enforce": "privileged"}  # host network, bus
         body = {"metadata": {"name": self.agent_ns, "labels": labels}}
         self.cluster.kube.create("/api/v1/namespaces", body)
-        values = agent_daemonset.values({GROUP_LABEL: self.group})
-        agent_daemonset.apply(self.cluster, self.agent_ns, values, self.rbac)
+        nodes = (self.leaving, self.staying)
+        for node, port in zip(nodes, free_ports(len(nodes)), strict=True):
+            selector = {"kubernetes.io/hostname": node.name}
+            values = agent_daemonset.values(selector, metrics_port=port)
+            release = f"{self.agent_ns}-{node.name.rsplit('-', 1)[-1]}"
+            agent_daemonset.apply(self.cluster, self.agent_ns, values, self.rbac, release, True)
 
     def _wait_daemonset(self) -> None:
-        """Each node's agent pod Ready and holding its logind delay lock."""
+        """Each node's agent pod Ready and holding its logind delay lock (its INFO line
+        "holding a logind delay lock" goes to the pod's log, not the node's journal)."""
         nodes = (self.leaving, self.staying)
 
         def ready() -> bool:
@@ -429,6 +438,8 @@ class Scene:
         for node in nodes:
             lock = functools.partial(agent_daemonset.agent_locks, node)
             wait_until(lock, 60, f"the agent's logind delay lock on {node.name}")
+            if _pod_log_line(node, self.agent_ns, "metrics server on") is not None:
+                raise RuntimeError(f"the agent on {node.name} has no metrics port (see its log)")
 
     def pods(self) -> list[dict[str, Any]]:
         path = f"/api/v1/namespaces/{self.ns}/pods"
