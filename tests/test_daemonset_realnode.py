@@ -17,6 +17,7 @@ import pytest
 import bench.agent_daemonset as ds
 import tests.test_chart as chart
 import tests.test_realnode as realnode
+from hack.localcluster.procs import free_ports
 from hack.realnode import RealNode
 from nodeagent.fence.marker import DRAIN_RESULT
 from nodeagent.kube.client import JSON, Kube
@@ -29,8 +30,11 @@ cluster_scoped = chart.cluster_scoped
 
 
 def apply(cluster: Any, node: str, ns: str, deadline: str, rbac: list[JSON]) -> JSON:
-    """The chart for this node only, as `helm upgrade` would apply it."""
-    return ds.apply(cluster, ns, ds.values({"kubernetes.io/hostname": node}, deadline), rbac)
+    """The chart for this node only, as `helm upgrade` would apply it, its metrics on a free
+    port: the real node shares the host's network, where 9102 may be taken."""
+    (port,) = free_ports(1)
+    values = ds.values({"kubernetes.io/hostname": node}, deadline, metrics_port=port)
+    return ds.apply(cluster, ns, values, rbac)
 
 
 def running_agent(kube: Kube, ns: str) -> JSON | None:
