@@ -16,6 +16,7 @@ org.freedesktop.DBus.Mock interface.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import subprocess
@@ -434,6 +435,31 @@ def test_losing_the_bus_releases_the_lock_and_reports(logind: Bus) -> None:
         assert not inhibitor.held
     finally:
         inhibitor.close()
+
+
+@pytest.mark.parametrize("shutdown", [False, True], ids=["while-running", "after-release"])
+def test_losing_the_bus_is_an_error_unless_the_shutdown_took_it(
+    logind: Bus, shutdown: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The bus stops with the machine after the agent let it go: no ERROR on every
+    poweroff. Lost while the agent still holds its lock, it is one."""
+    lost: list[BaseException] = []
+    recorder = Recorder()
+    inhibitor = DelayInhibitor(on_prepare=recorder, bus_address=logind.address, on_lost=lost.append)
+    inhibitor.start()
+    try:
+        if shutdown:
+            emit_prepare(logind, True, "poweroff")
+            recorder.wait(1)
+            inhibitor.release()
+        with caplog.at_level(logging.INFO, logger="nodeagent.host.logind"):
+            logind.daemon.terminate()
+            logind.daemon.wait(5)
+            wait_for(lambda: bool(lost))
+    finally:
+        inhibitor.close()
+    bus_lines = [r for r in caplog.records if "system bus" in r.getMessage()]
+    assert [r.levelno for r in bus_lines] == [logging.INFO if shutdown else logging.ERROR]
 
 
 def test_close_leaves_no_thread_and_no_descriptor_behind(logind: Bus) -> None:

@@ -343,7 +343,14 @@ class DelayInhibitor:
             log.exception("on_prepare callback failed")
 
     def _lost(self, exc: BaseException) -> None:
-        log.error("lost the system bus connection, releasing the delay lock: %s", describe(exc))
+        with self._mutex:
+            shutting_down = self._active
+        if shutting_down and not self.held:
+            # The bus stops with the machine once the lock is released: expected, not an
+            # error a person should look into after every poweroff.
+            log.info("the system bus went away with the shutdown: %s", describe(exc))
+        else:
+            log.error("lost the system bus connection, releasing the delay lock: %s", describe(exc))
         self.release()
         if self._on_lost is not None:
             try:
