@@ -75,3 +75,15 @@ def test_drain_seconds_left_and_the_short_delay_check() -> None:
     assert fixed.drain_seconds(NOW + 500) == 0.0
     assert budget.inhibit_delay_short(DEADLINE, 124.0)
     assert not budget.inhibit_delay_short(DEADLINE, 125.0)
+
+
+def test_a_sigterm_mid_drain_names_its_likely_cause_and_no_more() -> None:
+    from nodeagent.departure.sigterm import mid_drain_stop_message
+
+    said = mid_drain_stop_message(37.4, 30.0)
+    assert said.startswith("SIGTERM 37s before the drain deadline, with a grace of at most 30s")
+    # The kubelet's graceful shutdown is the likely cause, not a certainty: a liveness
+    # probe or a rollout sends the same signal.
+    assert "most likely the kubelet's graceful node shutdown" in said
+    assert "liveness probe" in said
+    assert "grace of unknown" in mid_drain_stop_message(5.0, 0.0)

@@ -108,20 +108,27 @@ class StopHandler:
             signal.wait(signal.budget.stop_until)
 
     def _report_grace(self, needed: float) -> None:
-        """SIGTERM mid-drain in a pod: the kubelet's graceful node shutdown is stopping it
-        with grace min(terminationGracePeriodSeconds, shutdownGracePeriodCriticalPods).
-        The second is the kubelet's and not visible here, so this is always reported: the
-        supported setting is that shutdown off."""
-        grace = self.cfg.shutdown.termination_grace
-        bound = f"at most {grace:.0f}s" if grace else "unknown"
-        self._grace_too_short(
-            f"The kubelet's graceful node shutdown stopped this agent {needed:.0f}s before its "
-            f"drain deadline, with a grace of {bound} (and no more than the kubelet's "
-            "shutdownGracePeriodCriticalPods): turn it off, or keep both above the deadline"
-        )
+        """SIGTERM mid-drain in a pod: said in NodeAgentReady (mid_drain_stop_message)."""
+        self._grace_too_short(mid_drain_stop_message(needed, self.cfg.shutdown.termination_grace))
         self.report.flush(min(2.0, max(0.1, needed)))
 
     def _grace_too_short(self, message: str) -> None:
         log.warning("%s", message)
         metrics.TERMINATION_GRACE_SHORT.set(1)
         self.readiness.note(ReadyReason.TERMINATION_GRACE_TOO_SHORT, message)
+
+
+def mid_drain_stop_message(needed: float, grace: float) -> str:
+    """Why a pod agent got SIGTERM `needed` seconds before its drain deadline.
+
+    Inside a shutdown that is most likely the kubelet's graceful node shutdown, which stops
+    the agent with grace min(terminationGracePeriodSeconds, shutdownGracePeriodCriticalPods);
+    the second is the kubelet's and not visible here, and a failed liveness probe or a
+    rollout sends the same signal, so the message names the likely cause as such."""
+    bound = f"at most {grace:.0f}s" if grace else "unknown"
+    return (
+        f"SIGTERM {needed:.0f}s before the drain deadline, with a grace of {bound}: most "
+        "likely the kubelet's graceful node shutdown (no more than its "
+        "shutdownGracePeriodCriticalPods), otherwise a liveness probe or a rollout; turn "
+        "the kubelet's off, or keep both above the deadline"
+    )
