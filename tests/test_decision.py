@@ -28,6 +28,11 @@ def ours(reason: str, result: str = "", boot: str = BOOT, started: str = "t1") -
     return NodeFence(True, True, reason, started, boot, result)
 
 
+def recorded(reason: str, result: str = "") -> NodeFence:
+    """A person's cordon with the agent's record of a drain under it (no marker)."""
+    return NodeFence(True, False, reason, "t1", BOOT, result)
+
+
 def seen(occasion: Occasion, fence: NodeFence = FREE, **kw: Any) -> Observed:
     return replace(Observed(occasion, fence, BOOT), **kw)
 
@@ -191,8 +196,23 @@ ROWS: list[tuple[str, Observed, tuple[object, ...]]] = [
         EVAC_DRAIN,
     ),
     (
-        "a person's cordon already drained under",
-        seen(Occasion.NODE, PERSON, taint=TAINT, drained_under_persons_cordon=True),
+        "a person's cordon already drained under (the agent's record beside it)",
+        seen(Occasion.NODE, recorded("evacuate", "drained"), taint=TAINT),
+        NOTHING,
+    ),
+    (
+        "a person's cordon, an evacuation cut short under it: drain again",
+        seen(Occasion.NODE, recorded("evacuate"), taint=TAINT),
+        EVAC_DRAIN,
+    ),
+    (
+        "a person's cordon, the taint removed: the record goes, the cordon stays",
+        seen(Occasion.NODE, recorded("evacuate", "drained")),
+        EVAC_UNDO,
+    ),
+    (
+        "a person's cordon, the record of a shutdown's drain: nothing to undo",
+        seen(Occasion.NODE, recorded("poweroff", "drained")),
         NOTHING,
     ),
     (
@@ -241,8 +261,8 @@ def test_what_a_decision_says() -> None:
     # After an unclean boot its UncleanShutdown condition stays: no NotDraining over it.
     unclean = decide(seen(Occasion.SETTLED, ours("reboot"), started_at="t1", unclean=True))
     assert unclean.step is Step.UNCORDON and unclean.condition is None
-    removed = decide(seen(Occasion.NODE, PERSON, reports_evacuation=True))
-    assert removed.step is Step.NOTHING and removed.condition is not None
+    removed = decide(seen(Occasion.NODE, recorded("evacuate", "drained")))
+    assert removed.step is Step.UNCORDON and removed.condition is not None
     assert removed.condition.message == "Evacuate taint removed"
     cordon = decide(seen(Occasion.NODE, taint=TAINT, evacuate_policy=NO_SCHEDULE))
     assert cordon.event == "Cordoned by nodeagent (evacuate taint)"

@@ -21,6 +21,7 @@ from nodeagent.fence.marker import (
     BOOT_ID,
     CORDONED_BY,
     DRAIN_REASON,
+    DRAIN_RESULT,
     DRAIN_STARTED_AT,
     EXCLUDE_LB_LABEL,
     EXCLUDED_LB,
@@ -370,7 +371,10 @@ def test_drain_keeps_a_persons_cordon_unclaimed(pair: Pair) -> None:
     kube.merge_patch(node_path(pair.a), {"spec": {"unschedulable": True}})
     result = pair.drain(deadline=10)
     assert result.outcome == "drained" and result.cordoned is False
-    assert CORDONED_BY not in ku.node(kube, pair.a)["metadata"].get("annotations", {})
+    ann = ku.node(kube, pair.a)["metadata"].get("annotations", {})
+    assert CORDONED_BY not in ann
+    # The drain is recorded beside the person's cordon, without claiming it.
+    assert ann[DRAIN_REASON] == "manual" and ann[DRAIN_RESULT] == "drained"
 
 
 def test_restricted_identity_gets_a_one_line_403(pair: Pair, cluster: Any, tmp_path: Any) -> None:

@@ -6,6 +6,7 @@ Every test runs `nodeagent run` as a real process against the real control plane
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,14 +147,29 @@ def test_extra_taint_keys_from_config(node: Node) -> None:
 def test_a_persons_cordon_is_never_undone(node: Node) -> None:
     workloads(node)
     node.kube.merge_patch(node_path(node.name), {"spec": {"unschedulable": True}})
-    node.agent()
+    first = node.agent()
     node.taint()
     ku.wait_until(lambda: not node.workload_pods(), 30, "drained under the person's cordon")
+    # The Node records the drain beside the person's cordon, without claiming it.
+    ku.wait_until(lambda: node.annotations().get(DRAIN_RESULT) == "drained", 10, "the record")
     assert CORDONED_BY not in node.annotations()
+    assert node.annotations()[DRAIN_REASON] == "evacuate"
+
+    # A restarted agent reads that record and does not drain the node again.
+    first.kill()
+    second = node.agent()
+    seen = "nodeagent_loop_last_success_timestamp_seconds"
+    ku.wait_until(lambda: second.metric(seen, loop="node"), 15, "the node watch")
+    time.sleep(3)  # the worker's decision on the Node it was given
+    # Both agents log to one file: the first agent's drain is the only one that started
+    # (a decision on a Node the watch had not yet updated is made again, and logged twice).
+    assert second.output().count("already cordoned by someone else") == 1, second.output()
 
     node.untaint()
     ku.wait_until(lambda: "Evacuate taint removed" in str(node.condition()), 15, "undo seen")
+    ku.wait_until(lambda: DRAIN_REASON not in node.annotations(), 10, "the record cleared")
     assert node.cordoned()  # still the person's
+    assert "Uncordoned" not in node.event_reasons()
 
 
 def test_killed_mid_evacuation_finishes_after_restart(node: Node) -> None:

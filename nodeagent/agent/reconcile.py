@@ -140,7 +140,8 @@ class AfterStart:
         state = marker.NodeFence.of(node)
         unclean = False
         if previous and current and previous != current:
-            drained = state.marked and state.boot_id == previous and state.result
+            # The agent's marker, or its record of a drain under a person's cordon.
+            drained = state.boot_id == previous and state.result
             if not drained:
                 unclean = True
                 metrics.PREVIOUS_BOOT_UNCLEAN.set(1)

@@ -13,6 +13,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Collection, Sequence
+from enum import Enum
 
 from nodeagent.config import Config
 from nodeagent.context import Context
@@ -31,6 +32,16 @@ from nodeagent.report.events import WARNING, EventRecorder
 log = logging.getLogger(__name__)
 
 NODE_CHANGED_RETRIES = 3  # reads of a Node that keeps changing under a cordon, then give up
+# Outcomes that say nothing about the node: no drain result is recorded for them.
+UNRECORDED = (DrainOutcome.CANCELLED, DrainOutcome.DRY_RUN)
+
+
+class Fenced(Enum):
+    """What a drain's cordon left on the Node, and so where its result is recorded."""
+
+    CORDONED = "cordoned"  # the agent's cordon and marker
+    RECORDED = "recorded"  # someone else's cordon, the agent's drain record beside it
+    KEPT = "kept"  # the agent's marker of this boot (a shutdown going down), left as is
 
 
 def drain_options(cfg: Config, reason: Reason, budget: Budget, now: float) -> DrainOptions:
@@ -93,18 +104,18 @@ def cordon_then_drain(
         if drain.cancelled:
             return drain.evict(node, cordoned=False)
         if decided:
-            wrote = _cordon_for_drain(drain, kube, node, keep)
+            fenced = _cordon_for_drain(drain, kube, node, keep)
         else:
-            node, wrote = _cordon_read_again(drain, kube, node, keep)
+            node, fenced = _cordon_read_again(drain, kube, node, keep)
         cordoned()
         before = drain.watched_pods()  # what the drain plans from: their volumes
-        result = drain.evict(node, wrote)
-        if result.to_record:
+        result = drain.evict(node, fenced is Fenced.CORDONED)
+        if fenced is not Fenced.KEPT and result.outcome not in UNRECORDED:
             try:
                 marker.record_result(kube, drain.node_name, result.outcome)
             except KubeError as exc:
                 log.warning("could not record drain result: %s", exc)
-    if result.outcome not in (DrainOutcome.CANCELLED, DrainOutcome.DRY_RUN):
+    if result.outcome not in UNRECORDED:
         result.detach = wait_for_detach(drain, node, before, ctx, detaching)
     return result
 
@@ -140,7 +151,7 @@ def wait_for_detach(
 
 def _cordon_read_again(
     drain: Drain, kube: Kube, node: JSON, keep: Collection[str]
-) -> tuple[JSON, bool]:
+) -> tuple[JSON, Fenced]:
     """Cordon `node`, read again while it changes under the write (nothing to decide)."""
     for _ in range(NODE_CHANGED_RETRIES):
         try:
@@ -150,16 +161,18 @@ def _cordon_read_again(
     return node, _cordon_for_drain(drain, kube, node, keep)
 
 
-def _cordon_for_drain(drain: Drain, kube: Kube, node: JSON, keep: Collection[str]) -> bool:
+def _cordon_for_drain(drain: Drain, kube: Kube, node: JSON, keep: Collection[str]) -> Fenced:
     reason = drain.opts.reason
-    cordoned = marker.cordon(kube, node, reason, keep)
-    if cordoned:
+    if marker.cordon(kube, node, reason, keep):
         drain.progress(f"cordoned node {drain.node_name} (reason {reason})")
         if drain.events:
             drain.events.node(node, "Cordoned", f"Cordoned by nodeagent ({reason})")
-    else:
-        drain.progress(f"node {drain.node_name} was already cordoned by someone else")
-    return cordoned
+        return Fenced.CORDONED
+    if not marker.NodeFence.of(node).cordoned_by_other:
+        return Fenced.KEPT
+    marker.record_drain(kube, node, reason)
+    drain.progress(f"node {drain.node_name} was already cordoned by someone else")
+    return Fenced.RECORDED
 
 
 class FenceExecutor:

@@ -30,7 +30,6 @@ from nodeagent.departure.executor import NODE_CHANGED_RETRIES, FenceExecutor
 from nodeagent.drain.engine import DrainResult
 from nodeagent.fence import marker
 from nodeagent.fence.decision import (
-    FINISHED,
     Decision,
     Observed,
     Occasion,
@@ -41,7 +40,6 @@ from nodeagent.fence.decision import (
 from nodeagent.fence.reason import Policy, Reason
 from nodeagent.kube.client import JSON, Kube, KubeError
 from nodeagent.kube.watch import Reflector
-from nodeagent.report import conditions
 from nodeagent.report.conditions import ConditionWriter
 from nodeagent.report.events import EventRecorder
 
@@ -107,9 +105,7 @@ class Departure:
         self._running: _Running | None = None
         self._node: JSON | None = None  # the latest own Node observed
         self._node_queued = False
-        # Memory the Node cannot hold (see Observed).
-        self._drained_under_persons_cordon = False
-        self._retry_at = 0.0
+        self._retry_at = 0.0  # memory the Node cannot hold (see Observed)
 
     # -- producers (any thread) ---------------------------------------------------
 
@@ -288,9 +284,6 @@ class Departure:
             node, self._node_queued = self._node, False
         if node is None:
             return
-        fence = marker.NodeFence.of(node)
-        if not fence.cordoned_by_other or not self._evacuate_taint(node):
-            self._drained_under_persons_cordon = False  # that person's cordon is gone
 
         def redecide(node: JSON) -> Decision:
             return decide(self._observe(Occasion.NODE, node=node))
@@ -312,8 +305,6 @@ class Departure:
             return
         if result.blocked:  # the deadline passed, or pods are held or stuck
             self._retry_at = time.monotonic() + RETRY_BLOCKED
-        elif result.outcome in FINISHED and not result.cordoned:
-            self._drained_under_persons_cordon = True
 
     def _apply(
         self,
@@ -404,9 +395,7 @@ class Departure:
             shutdown_policy=policy,
             started_at=started_at,
             unclean=unclean,
-            drained_under_persons_cordon=self._drained_under_persons_cordon,
             retry_pending=time.monotonic() < self._retry_at,
-            reports_evacuation=conditions.describes_drain_for(node, Reason.EVACUATE),
         )
 
     def _evacuate_taint(self, node: JSON) -> str:

@@ -106,12 +106,6 @@ class DrainResult:
     def blocking_pdbs(self) -> list[str]:
         return sorted({pdb for p in self.blocked for pdb in p.pdbs})
 
-    @property
-    def to_record(self) -> bool:
-        """The outcome belongs in the marker's drain-result: the drain ran to its end
-        under the agent's own cordon."""
-        return self.cordoned and self.outcome not in (DrainOutcome.CANCELLED, DrainOutcome.DRY_RUN)
-
 
 class PodState(Enum):
     """Where an evicted pod is, for the drain's purpose."""

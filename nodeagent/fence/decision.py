@@ -68,11 +68,8 @@ class Observed:
     shutdown_policy: Policy = Policy.NONE  # for occasion SHUTDOWN: what its reason asks
     started_at: str = ""  # for occasion SETTLED: the marker seen when the agent started
     unclean: bool = False  # the previous boot ended without a drain (its condition stays)
-    # Memory the Node cannot hold: an evacuation already drained under a person's
-    # cordon (no marker records it), and a blocked evacuation waiting for its retry.
-    drained_under_persons_cordon: bool = False
+    # Memory the Node cannot hold: a blocked evacuation waiting for its retry.
     retry_pending: bool = False
-    reports_evacuation: bool = False  # NodeAgentDrained still describes an evacuation
 
     @property
     def evacuation_requested(self) -> bool:
@@ -160,17 +157,15 @@ def _settled(o: Observed) -> Decision:
 def _node(o: Observed) -> Decision:
     fence = o.fence
     if not o.taint:
-        if fence.marked and fence.reason == Reason.EVACUATE:
+        # The agent's evacuate cordon, or its record of an evacuation under a person's
+        # cordon (the executor clears the record and leaves that cordon).
+        if fence.reason == Reason.EVACUATE:
             return Decision(
                 Step.UNCORDON,
                 undo=frozenset({Reason.EVACUATE}),
                 event="Evacuate taint removed; uncordoned",
                 condition=conditions.not_draining("Evacuate taint removed"),
                 why="evacuate taint removed",
-            )
-        if o.reports_evacuation:
-            return Decision(
-                Step.NOTHING, condition=conditions.not_draining("Evacuate taint removed")
             )
         return NOTHING
     policy = o.evacuate_policy
@@ -189,10 +184,8 @@ def _node(o: Observed) -> Decision:
             event="Cordoned by nodeagent (evacuate taint)",
             why=f"taint {o.taint}, policy NoSchedule",
         )
-    if ours and fence.result in FINISHED:
-        return NOTHING
-    if o.drained_under_persons_cordon and fence.cordoned_by_other:
-        return NOTHING  # drained under a person's cordon: no marker records it
+    if fence.unschedulable and fence.reason == Reason.EVACUATE and fence.result in FINISHED:
+        return NOTHING  # drained under its cordon, the agent's or a person's
     if o.retry_pending:
         return NOTHING  # the last drain hit its deadline; the retry comes back to it
     return Decision(

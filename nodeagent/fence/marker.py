@@ -116,10 +116,11 @@ def cordon(kube: Kube, node: JSON, reason: str, keep: Collection[str] = ()) -> b
     """Cordon `node` for `reason`, writing the marker in the same patch.
 
     Returns False (and writes nothing) when someone else already cordoned it: the
-    drain still proceeds, but the cordon is theirs to undo. Likewise for the agent's
-    own cordon when its reason is in `keep` and it was written in this boot. The patch
-    carries the observed resourceVersion, so a concurrent cordon is not overwritten:
-    raises NodeChanged when the Node moved on since `node` was read.
+    drain still proceeds, but the cordon is theirs to undo (`record_drain` notes the
+    drain). Likewise for the agent's own cordon when its reason is in `keep` and it was
+    written in this boot. The patch carries the observed resourceVersion, so a concurrent
+    cordon is not overwritten: raises NodeChanged when the Node moved on since `node` was
+    read.
     """
     fence = NodeFence.of(node)
     if fence.cordoned_by_other:
@@ -127,29 +128,45 @@ def cordon(kube: Kube, node: JSON, reason: str, keep: Collection[str] = ()) -> b
     if fence.cordoned_by_agent and fence.reason in keep and fence.boot_id == boot_id(node):
         return False
     ours = excludes_lb(node)
-    patch: JSON = {
+    patch = _drain_record(node, reason)
+    patch["metadata"]["annotations"] |= {CORDONED_BY: AGENT, EXCLUDED_LB: "true" if ours else None}
+    patch["spec"] = {"unschedulable": True}
+    if ours:
+        patch["metadata"]["labels"] = {EXCLUDE_LB_LABEL: "true"}
+    _guarded_patch(kube, node, patch)
+    return True
+
+
+def record_drain(kube: Kube, node: JSON, reason: str) -> None:
+    """Note a drain for `reason` under someone else's cordon, before it evicts: the
+    marker's drain keys without CORDONED_BY (the cordon stays theirs), so the Node, not
+    the agent's memory, says that an evacuation already drained there, and its undo
+    (`uncordon` with `only_reasons`) clears the record and leaves the cordon. Guarded by
+    the resourceVersion like `cordon`."""
+    _guarded_patch(kube, node, _drain_record(node, reason))
+
+
+def _drain_record(node: JSON, reason: str) -> JSON:
+    return {
         "metadata": {
             "resourceVersion": node["metadata"]["resourceVersion"],
             "annotations": {
-                CORDONED_BY: AGENT,
                 DRAIN_REASON: reason,
                 DRAIN_STARTED_AT: api_stamp(),
                 BOOT_ID: boot_id(node),
                 DRAIN_RESULT: None,
-                EXCLUDED_LB: "true" if ours else None,
             },
         },
-        "spec": {"unschedulable": True},
     }
-    if ours:
-        patch["metadata"]["labels"] = {EXCLUDE_LB_LABEL: "true"}
+
+
+def _guarded_patch(kube: Kube, node: JSON, patch: JSON) -> None:
     try:
         kube.merge_patch(node_path(node["metadata"]["name"]), patch)
     except ApiError as exc:
         if exc.status != 409:
             raise
         raise NodeChanged(f"node {node['metadata']['name']} changed since it was read") from None
-    return True
 
 
 def record_result(kube: Kube, name: str, result: str) -> None:
@@ -167,17 +184,21 @@ def uncordon(
     """Undo the agent's cordon and clear its marker. Returns True if it uncordoned.
 
     Raises CordonedByOther for a cordon without the marker unless `force`. With
-    `only_reasons`, only a marker with one of those drain reasons is undone; with
+    `only_reasons`, only a marker with one of those drain reasons is undone (and a
+    `record_drain` record with one of them is cleared, the cordon left); with
     `started_at`, only the marker of that drain. The check and the write are one
     guarded patch, so a cordon taken in between is left alone.
     """
     node = get_node(kube, name)
     fence = NodeFence.of(node)
-    if only_reasons and not (fence.marked and fence.reason in only_reasons):
+    if only_reasons and fence.reason not in only_reasons:
         return False
     if started_at and fence.started_at != started_at:
         return False
-    if fence.cordoned_by_other and not force:
+    # The agent's record of a drain under someone else's cordon: the record goes, the
+    # cordon stays theirs.
+    record_only = bool(only_reasons) and not fence.marked
+    if fence.cordoned_by_other and not force and not record_only:
         raise CordonedByOther(
             f'node "{name}" was cordoned by someone else (no {CORDONED_BY} marker); '
             "leaving it cordoned (use --force to uncordon anyway)"
@@ -190,9 +211,9 @@ def uncordon(
     }
     if fence.excluded_lb:
         patch["metadata"]["labels"] = {EXCLUDE_LB_LABEL: None}
-    if fence.unschedulable:
+    if fence.unschedulable and not record_only:
         patch["spec"] = {"unschedulable": False}
-    elif not fence.marked:
+    elif not fence.marked and not fence.reason:
         return False  # nothing to undo, nothing to write
     try:
         kube.merge_patch(node_path(name), patch)
@@ -200,4 +221,4 @@ def uncordon(
         if exc.status != 409:
             raise
         return uncordon(kube, name, force, only_reasons, started_at)  # changed: decide again
-    return fence.unschedulable
+    return fence.unschedulable and not record_only

@@ -249,13 +249,3 @@ class ConditionWriter:
                     for c in batch:  # a newer condition of the same type wins
                         self._pending.setdefault(c.type, c)
                 time.sleep(RETRY_SECONDS)
-
-
-def describes_drain_for(node: JSON, reason: str) -> bool:
-    """NodeAgentDrained on `node` still describes a drain for `reason`.
-
-    A condition has no field for the drain's reason: it is in the message, which only
-    `draining`, `drained` and `blocked` above write ("... for <reason> ..."), so the
-    format and its reader stay in this one module."""
-    cond = find(node, DRAINED) or {}
-    return cond.get("reason") != "NotDraining" and f"for {reason}" in cond.get("message", "")
