@@ -138,6 +138,15 @@ def this_boot(bus_address: str | None = None, stat: Path = Path("/proc/stat")) -
     return boot_began(boot_time(stat), userspace)
 
 
+CONFLICT_RETRIES = 3  # judgements of one pod that keeps changing, then it is left
+
+
+class Deleted(Enum):
+    DONE = "done"
+    GONE = "gone"  # deleted by someone else meanwhile
+    CHANGED = "changed"  # changed since it was judged (409): judge it again
+
+
 @dataclass
 class Cleaned:
     pod: str
@@ -173,13 +182,36 @@ class LeftoverCleaner:
             if killed_at(pod) is None:
                 continue
             self.beat()
-            decided = verdict(pod, self.boot, self.cfg, self._replicaset(pod))
             ref = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
-            if decided is Verdict.DELETE and not self._delete(pod):
-                continue
-            log.info("shutdown leftover %s: %s", ref, decided.value)
-            out.append(Cleaned(ref, decided))
+            decided = self._settle(pod, ref)
+            if decided is not None:
+                log.info("shutdown leftover %s: %s", ref, decided.value)
+                out.append(Cleaned(ref, decided))
         return out
+
+    def _settle(self, pod: JSON, ref: str) -> Verdict | None:
+        """Judge `pod` and delete it if that is the verdict; a pod that changed since it
+        was judged (its controller or a status write moved it on: 409) is read again and
+        judged again, a few times. None: gone, or still changing."""
+        pod_uid = pod["metadata"]["uid"]
+        for _ in range(CONFLICT_RETRIES):
+            decided = verdict(pod, self.boot, self.cfg, self._replicaset(pod))
+            if decided is not Verdict.DELETE:
+                return decided
+            outcome = self._delete(pod)
+            if outcome is not Deleted.CHANGED:
+                return decided if outcome is Deleted.DONE else None
+            meta = pod["metadata"]
+            try:
+                pod = self.kube.get(pods_path(meta["namespace"], meta["name"]))
+            except ApiError as exc:
+                if exc.status == 404:
+                    return None
+                raise
+            if pod["metadata"]["uid"] != pod_uid or killed_at(pod) is None:
+                return None
+        log.warning("shutdown leftover %s kept changing while it was judged; left", ref)
+        return None
 
     def _pods(self) -> list[JSON]:
         if self.pods is None or self.pods.stopped:  # one list costs less than a watch
@@ -207,15 +239,17 @@ class LeftoverCleaner:
                 log.warning("cannot read ReplicaSets (%s): shutdown leftovers stay", exc)
             return None
 
-    def _delete(self, pod: JSON) -> bool:
+    def _delete(self, pod: JSON) -> Deleted:
         meta = pod["metadata"]
         # The pod as judged: a pod changed since (or another under the same name) stays.
         body = {"preconditions": {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]}}
         try:
             self.kube.delete(pods_path(meta["namespace"], meta["name"]), body)
         except ApiError as exc:
-            if exc.status in (404, 409):
-                return False
+            if exc.status == 404:
+                return Deleted.GONE
+            if exc.status == 409:
+                return Deleted.CHANGED
             raise
         owner = controller_of(pod)
         kind = str(owner["kind"]) if owner else "none"
@@ -230,4 +264,4 @@ class LeftoverCleaner:
             EVENT_REASON,
             f"Deleted after boot: the kubelet's node shutdown left it Failed at {at}; {whose}",
         )
-        return True
+        return Deleted.DONE
