@@ -17,9 +17,11 @@ for 10 s and started again, as an upgrade of the runtime does), daemonset-powero
 poweroff with the agent in its DaemonSet form: the image of hack/build-image imported into
 each node's containerd, the Helm chart rendered for the kubelet identity with the chart's
 defaults otherwise, bench/agent_daemonset.py; without an agent the same as poweroff).
-configs: none (no agent, the kubelet's graceful shutdown off), gns (the kubelet's graceful
-shutdown: 30 s, 10 s for critical pods), nodeagent (the agent from its .deb, README defaults,
-or as the DaemonSet for daemonset-poweroff), nodeagent+gns.
+configs: none (no agent, the kubelet's graceful shutdown off), nodeagent (the agent from its
+.deb, README defaults, or as the DaemonSet for daemonset-poweroff); the kubelet's graceful
+shutdown as managed platforms turn it on, gns (kOps: 30 s, 10 s of it for critical pods),
+gns-gke (30 s, 15 s) and gns-eks (EKS on Amazon Linux 2023: 150 s, 30 s), each alone and
+beside the agent as nodeagent+gns, nodeagent+gns-gke, nodeagent+gns-eks.
 
 With storage (the default; --no-storage leaves it out), each node runs the mock CSI driver's
 node plugin and the cell's StatefulSet of one replica holds a ReadWriteOnce volume on the

@@ -69,6 +69,24 @@ def test_a_shutdown_drain_finishes_inside_loginds_delay() -> None:
             assert fixed.finish_until <= NOW + delay - LOGIND_MARGIN + FINISH_GRACE
 
 
+def test_only_a_shutdown_logind_announced_under_the_kubelets_lock_says_the_kubelet_kills() -> None:
+    """What was seen when the signal came travels with the budget to the drain's options."""
+    from nodeagent.config import Config
+    from nodeagent.departure.executor import drain_options
+    from nodeagent.fence.reason import Reason
+
+    cfg = Config(node="n")
+    for fixed, kills in (
+        (budget.logind(NOW, DEADLINE, 300.0, kubelet_kills=True), True),
+        (budget.logind(NOW, DEADLINE, 300.0), False),
+        (budget.sigterm(NOW, DEADLINE), False),
+    ):
+        assert fixed.kubelet_kills is kills
+        assert drain_options(cfg, Reason.POWEROFF, fixed, NOW).kubelet_kills is kills
+    evacuation = budget.evacuation(NOW, DEADLINE)
+    assert not drain_options(cfg, Reason.EVACUATE, evacuation, NOW).kubelet_kills
+
+
 def test_drain_seconds_left_and_the_short_delay_check() -> None:
     fixed = budget.sigterm(NOW, DEADLINE)
     assert fixed.drain_seconds(NOW + 20) == 100.0

@@ -338,6 +338,48 @@ def test_priority_order_lowest_first_critical_last(pair: Pair, kube: Kube) -> No
     assert order == ["default", "low", "high", f"{pair.group}-dns"]
 
 
+def test_pods_the_kubelets_shutdown_stops_are_deleted_past_their_pdb(pair: Pair) -> None:
+    """With the kubelet's graceful shutdown killing the node's ordinary pods (logind
+    announced it while the kubelet held its lock), a budget that counts them healthy
+    refuses their eviction until the kubelet reports them gone, and they stay ready
+    endpoints meanwhile: the drain deletes them at once, says so pod by pod, and deletes
+    the critical pod the kubelet stops last only after them."""
+    kube = pair.kube
+    ku.deployment(kube, pair.ns, "quorum", pair.group, 2)
+    ku.pdb(kube, pair.ns, "quorum-pdb", {"app": "quorum"}, minAvailable=2)
+    dns = f"{pair.group}-dns"
+    ku.bare_pod(kube, "kube-system", dns, pair.a, priorityClassName="system-cluster-critical")
+    ku.wait_running(kube, pair.a, 3)
+    ku.wait_pdb_ready(kube, pair.ns, "quorum-pdb")
+    quorum = sorted(
+        p["metadata"]["name"]
+        for p in ku.pods_on(kube, pair.a)
+        if p["metadata"]["namespace"] == pair.ns
+    )
+    counted = evictions("kubelet-shutdown")
+
+    result = pair.drain(deadline=30, kubelet_kills=True)
+
+    assert result.outcome is DrainOutcome.DRAINED, render(result)
+    # The critical pod, which the kubelet stops once the rest has stopped, goes then.
+    assert sorted(p.name for p in result.deleted_for_kubelet) == sorted([*quorum, dns])
+    assert result.evicted == []
+    by_name = {p.name: p.evicted_at or 0 for p in result.deleted_for_kubelet}
+    assert by_name[dns] > max(by_name[name] for name in quorum)
+    assert evictions("kubelet-shutdown") - counted == 3
+    text = render(result)
+    assert "deleted for the kubelet's shutdown 3," in text
+    for name in quorum:
+        assert (
+            f"PDB not consulted (the kubelet's graceful shutdown was stopping it): {pair.ns}/{name}"
+            in text
+        )
+    query = {"fieldSelector": "reason=DeletedForKubeletShutdown,source=nodeagent"}
+    events = kube.request("GET", f"/api/v1/namespaces/{pair.ns}/events", query=query)["items"]
+    assert sorted(e["involvedObject"]["name"] for e in events) == quorum
+    assert all("without consulting its PodDisruptionBudget" in e["message"] for e in events)
+
+
 def test_uncordon_undoes_only_the_agents_cordon(pair: Pair, admin_kubeconfig: str) -> None:
     kube = pair.kube
     assert pair.drain(deadline=10).outcome == "drained"

@@ -17,11 +17,13 @@ from urllib.parse import urlsplit
 import pytest
 
 from nodeagent.departure.executor import cordon_then_drain, outcome_condition
+from nodeagent.drain import podfilter
 from nodeagent.drain.engine import (
     Drain,
     DrainOptions,
     DrainOutcome,
     DrainResult,
+    PodOutcome,
     PodState,
     pod_state,
 )
@@ -508,3 +510,32 @@ def test_a_cordon_on_a_node_changed_since_it_was_read_writes_nothing(
     result = cordon_then_drain(Drain(kube, node, DrainOptions(deadline=10)))
     assert result.outcome is DrainOutcome.DRAINED and result.cordoned, result
     assert ku.node(kube, node)["metadata"]["annotations"][CORDONED_BY] == "nodeagent"
+
+
+def _priority_pod(**spec: Any) -> JSON:
+    return {"metadata": {"name": "p", "namespace": "ns"}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    "spec,killed",
+    [
+        ({}, True),  # no priority: the first group
+        ({"priority": 1_000_000}, True),  # a high user priority is still below critical
+        ({"priority": 2_000_000_000, "priorityClassName": "system-cluster-critical"}, False),
+        ({"priority": 2_000_001_000, "priorityClassName": "system-node-critical"}, False),
+        ({"priorityClassName": "system-node-critical"}, False),  # the class alone says so
+    ],
+)
+def test_which_pods_the_kubelets_shutdown_kills_at_once(spec: JSON, killed: bool) -> None:
+    assert podfilter.killed_at_once_by_kubelet(_priority_pod(**spec)) is killed
+
+
+def test_the_condition_names_each_pod_deleted_past_its_pdb() -> None:
+    result = DrainResult("n", seconds=4.0)
+    result.deleted_for_kubelet = [PodOutcome("ns", "a", "u1"), PodOutcome("ns", "b", "u2")]
+    cond = outcome_condition("poweroff", result)
+    assert (cond.status, cond.reason) == ("True", "Drained")
+    assert cond.message == (
+        "Drained for poweroff in 4.0s; 2 pod(s) deleted without their PDBs, the kubelet's "
+        "graceful shutdown stopping them: ns/a, ns/b"
+    )

@@ -15,20 +15,23 @@ from typing import Any
 
 import pytest
 
+from nodeagent.fence.marker import DRAIN_RESULT
 from nodeagent.kube.client import Kube
 from nodeagent.report import conditions
 from tests import kubeutil as ku
 from tests.agentproc import free_port
 from tests.nspawn import Machine, nspawn_root, packaged_root
 
-# A delay lock taken as the kubelet takes it; the unit counts as started once logind
-# lists the lock, so the agent (ordered after it) sees it at start.
+# A delay lock taken as the kubelet takes it, and let go once logind announces the
+# shutdown (the kubelet lets go once it has killed its pods); the unit counts as started
+# once logind lists the lock, so the agent (ordered after it) sees it at start.
 KUBELET_WITH_GRACEFUL_SHUTDOWN = """[Unit]
 Description=Stand-in kubelet with graceful node shutdown on
 
 [Service]
 ExecStart=/usr/bin/systemd-inhibit --what=shutdown --who=kubelet \
- --why="Kubelet needs time to handle node shutdown" --mode=delay /bin/sleep infinity
+ --why="Kubelet needs time to handle node shutdown" --mode=delay /bin/sh -c \
+ 'busctl monitor --match "type=signal,member=PrepareForShutdown" | grep -q -m1 PrepareForShutdown'
 ExecStartPost=/bin/sh -c 'until systemd-inhibit --list --no-pager | grep -q kubelet; \
 do sleep 0.1; done'
 
@@ -47,7 +50,7 @@ def machine(
     cluster: Any, kube: Kube, template: Path, tmp_path: Path
 ) -> Iterator[tuple[Machine, str, int]]:
     name = ku.unique("kgs")
-    cluster.add_node(name)
+    cluster.add_node(name, {ku.GROUP_LABEL: name})
     port = free_port()
     m = Machine(template, tmp_path, name)
     try:
@@ -81,3 +84,34 @@ def test_the_kubelets_delay_lock_is_reported(
     assert "nodeagent_kubelet_graceful_shutdown 1.0" in metrics, metrics
     shown = ku.run_agent("status", "--kubeconfig", admin_kubeconfig, "--node", name)
     assert "Warning:    the kubelet's graceful node shutdown is on" in shown.stdout
+
+
+def test_at_a_poweroff_the_pods_the_kubelet_stops_leave_past_their_pdb(
+    machine: tuple[Machine, str, int], kube: Kube
+) -> None:
+    """logind announces a poweroff while the kubelet holds its lock: the pods the kubelet
+    kills at once are deleted without their PDB (which counts them healthy), each with an
+    Event, and the drain ends drained instead of waiting out the deadline."""
+    m, name, _port = machine
+    ns = ku.namespace(kube, name)
+    ku.deployment(kube, ns, "quorum", name, 2)
+    ku.pdb(kube, ns, "quorum-pdb", {"app": "quorum"}, minAvailable=2)
+    pods = sorted(p["metadata"]["name"] for p in ku.wait_running(kube, name, 2))
+    ku.wait_pdb_ready(kube, ns, "quorum-pdb")
+    m.boot()
+    ku.wait_until(
+        lambda: any("PDBs are not guaranteed at shutdown" in msg for msg in m.messages()),
+        60,
+        "the agent to see the kubelet's lock",
+    )
+
+    assert m.run("poweroff").returncode == 0
+    assert m.wait_exit(60) == 0
+
+    annotations = ku.node(kube, name)["metadata"].get("annotations") or {}
+    assert annotations.get(DRAIN_RESULT) == "drained", annotations
+    query = {"fieldSelector": "reason=DeletedForKubeletShutdown,source=nodeagent"}
+    events = kube.request("GET", f"/api/v1/namespaces/{ns}/events", query=query)["items"]
+    assert sorted(e["involvedObject"]["name"] for e in events) == pods
+    said = [msg for msg in m.messages() if "the kubelet's graceful shutdown is stopping it" in msg]
+    assert len(said) == 2, m.messages()

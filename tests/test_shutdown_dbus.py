@@ -35,7 +35,12 @@ from jeepney.io.blocking import DBusConnection, open_dbus_connection
 from nodeagent.fence.marker import CORDONED_BY
 from nodeagent.fence.reason import Reason
 from nodeagent.host.dbus import system_bus_address
-from nodeagent.host.kubeletshutdown import kubelet_inhibitor
+from nodeagent.host.kubeletshutdown import (
+    check_outvoted,
+    kubelet_inhibitor,
+    outvoted_message,
+    requested_delay,
+)
 from nodeagent.host.logind import (
     LOGIND_IFACE,
     LOGIND_NAME,
@@ -54,6 +59,7 @@ from nodeagent.host.systemd_manager import (
     classify_jobs,
     why_stopping,
 )
+from nodeagent.kube.client import JSON
 from nodeagent.report.conditions import READY, find
 from tests import kubeutil as ku
 from tests.agentproc import AgentProcess
@@ -692,6 +698,12 @@ def node_with_a_pod(cluster: Any, kube: Any, prefix: str) -> str:
     return node
 
 
+def pod_events(kube: Any, pod: JSON, reason: str) -> list[JSON]:
+    ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    query = {"fieldSelector": f"reason={reason},involvedObject.name={name}"}
+    return list(kube.request("GET", f"/api/v1/namespaces/{ns}/events", query=query)["items"])
+
+
 def drained(kube: Any, node: str) -> bool:
     return not ku.running(ku.pods_on(kube, node))
 
@@ -820,6 +832,37 @@ def test_kubelet_inhibitor(inhibitors: list[Inhibitor], found: bool) -> None:
     assert (kubelet_inhibitor(inhibitors) is not None) is found
 
 
+# What the kubelet writes (inhibit_linux.go, OverrideInhibitDelay), and what else may be there.
+KUBELET_DROPIN_TEXT = "# Kubelet logind override\n[Login]\nInhibitDelayMaxSec=150\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        (KUBELET_DROPIN_TEXT, 150.0),
+        ("[Login]\nInhibitDelayMaxSec = 30\n", 30.0),
+        ("[Login]\n", None),
+        ("[Login]\nInhibitDelayMaxSec=2min\n", None),  # not what the kubelet writes
+        ("", None),
+    ],
+)
+def test_the_delay_the_kubelet_asked_for(text: str, seconds: float | None) -> None:
+    assert requested_delay(text) == seconds
+
+
+def test_a_shorter_logind_delay_than_the_kubelet_asked_for_is_said(tmp_path: Path) -> None:
+    """logind's delay below the kubelet's request: its shutdown manager does not start."""
+    dropin = tmp_path / "99-kubelet.conf"
+    dropin.write_text(KUBELET_DROPIN_TEXT)
+    said = check_outvoted(128.0, str(dropin))
+    assert said is not None
+    assert said.startswith("the kubelet asked logind for 150s (")
+    assert "logind's delay is 128s" in said and "nodeagent drains this node alone" in said
+    assert check_outvoted(150.0, str(dropin)) is None
+    assert check_outvoted(128.0, str(tmp_path / "absent.conf")) is None
+    assert outvoted_message(30.0, 128.0) is None
+
+
 def test_the_agent_says_when_the_kubelet_races_its_drain(
     logind: Bus, cluster: Any, kube: Any, admin_kubeconfig: str, tmp_path: Path
 ) -> None:
@@ -842,6 +885,13 @@ def test_the_agent_says_when_the_kubelet_races_its_drain(
         shown = ku.run_agent("status", "--kubeconfig", admin_kubeconfig, "--node", node)
         assert shown.returncode == 0, shown.stderr
         assert "PDBs are not guaranteed" in shown.stdout
-        # The agent still drains: it cordons and evicts what it can.
+        # The agent still drains: it deletes the pod the kubelet is killing, at once, so
+        # that it leaves its Services, and says so on the pod.
+        (pod,) = ku.pods_on(kube, node)
         emit_prepare(logind, True, "poweroff")
         ku.wait_until(lambda: drained(kube, node), 20, "drained")
+        assert "the kubelet's graceful shutdown is stopping it" in agent.output()
+        events = ku.wait_until(
+            lambda: pod_events(kube, pod, "DeletedForKubeletShutdown"), 10, "the pod's Event"
+        )
+        assert events[0]["involvedObject"]["uid"] == pod["metadata"]["uid"]

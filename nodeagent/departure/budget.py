@@ -30,6 +30,10 @@ class Budget:
     finish_until: float  # forced deletes and the recorded result; no request after it
     stop_until: float  # a stop handler waits for the drain until here, then exits
     extend_until: float  # systemd's stop timeout reaches at least here
+    # The kubelet's graceful node shutdown stops the node's ordinary pods from the signal
+    # on (its logind lock was held when logind announced the shutdown): their time is the
+    # kubelet's, and the drain deletes them at once (DrainOptions.kubelet_kills).
+    kubelet_kills: bool = False
 
     @property
     def finish_grace(self) -> float:
@@ -54,7 +58,7 @@ def inhibit_delay_short(deadline: float, inhibit_delay: float) -> bool:
     return inhibit_delay - LOGIND_MARGIN < deadline
 
 
-def _going_down(now: float, seconds: float) -> Budget:
+def _going_down(now: float, seconds: float, kubelet_kills: bool = False) -> Budget:
     drain_until = now + seconds
     finish_until = drain_until + FINISH_GRACE
     return Budget(
@@ -62,12 +66,16 @@ def _going_down(now: float, seconds: float) -> Budget:
         finish_until=finish_until,
         stop_until=finish_until + ANNOUNCED_SLACK,
         extend_until=drain_until + EXTEND_SLACK,
+        kubelet_kills=kubelet_kills,
     )
 
 
-def logind(now: float, deadline: float, inhibit_delay: float | None) -> Budget:
-    """A shutdown logind announced at `now` (PrepareForShutdown true)."""
-    return _going_down(now, shutdown_drain_seconds(deadline, inhibit_delay))
+def logind(
+    now: float, deadline: float, inhibit_delay: float | None, kubelet_kills: bool = False
+) -> Budget:
+    """A shutdown logind announced at `now` (PrepareForShutdown true); `kubelet_kills`:
+    the kubelet held its own delay lock then, so its graceful shutdown is killing pods."""
+    return _going_down(now, shutdown_drain_seconds(deadline, inhibit_delay), kubelet_kills)
 
 
 def sigterm(now: float, deadline: float) -> Budget:

@@ -69,6 +69,7 @@ def drain_options(cfg: Config, reason: Reason, budget: Budget, now: float) -> Dr
         force_after_deadline=cfg.shutdown.force_after_deadline,
         force_grace_seconds=1,
         concurrency=cfg.drain.concurrency,
+        kubelet_kills=budget.kubelet_kills,
         finished_pods=cfg.drain.finished_pods,
         finish_grace=budget.finish_grace,
     )
@@ -131,7 +132,8 @@ def wait_for_detach(
     detached (nodeagent/drain/detach.py), inside the drain's own deadline: the departure
     is done, and its lock released, only then. Ran out: said in the log, an Event and the
     metric (the caller's condition says it too); the departure goes on all the same."""
-    uids = {p.uid for p in drain.result.evicted + drain.result.forced}
+    result = drain.result
+    uids = {p.uid for p in result.evicted + result.deleted_for_kubelet + result.forced}
     try:
         waited = detach.wait_after_drain(
             drain.kube, drain.node_name, before, uids, drain.deadline, detaching, node, ctx
@@ -275,10 +277,22 @@ class FenceExecutor:
             self.report.flush(max(0.1, min(2.0, budget.finish_until - time.monotonic())))
 
 
+def kubelet_deletes_note(result: DrainResult) -> str:
+    """The pods deleted without their PDBs, by name (a condition says who, not how many)."""
+    pods = ", ".join(p.ref for p in result.deleted_for_kubelet)
+    return (
+        f"{len(result.deleted_for_kubelet)} pod(s) deleted without their PDBs, the kubelet's "
+        f"graceful shutdown stopping them: {pods}"
+    )
+
+
 def outcome_condition(reason: str, result: DrainResult) -> conditions.Condition:
     """NodeAgentDrained for how a drain ended (and the wait for its volumes after it)."""
     waited = result.detach
-    note = "" if waited is None or waited.skipped else waited.summary()
+    notes = [] if waited is None or waited.skipped else [waited.summary()]
+    if result.deleted_for_kubelet:
+        notes.insert(0, kubelet_deletes_note(result))
+    note = "; ".join(notes)
     if result.outcome in (DrainOutcome.DRAINED, DrainOutcome.FORCED):
         if waited is not None and not waited.detached:
             return conditions.drained_volumes_attached(reason, result.seconds, note)

@@ -20,7 +20,12 @@ from nodeagent.context import Context
 from nodeagent.departure import budget
 from nodeagent.departure.budget import Budget
 from nodeagent.fence.reason import Reason
-from nodeagent.host.kubeletshutdown import CHECK_INTERVAL, KubeletShutdownReport, kubelet_inhibitor
+from nodeagent.host.kubeletshutdown import (
+    CHECK_INTERVAL,
+    KubeletShutdownReport,
+    check_outvoted,
+    kubelet_inhibitor,
+)
 from nodeagent.host.kubeletshutdown import message as message_for_kubelet
 from nodeagent.host.logindconf import LOGIND_MARGIN
 from nodeagent.kube.client import KubeError
@@ -97,7 +102,11 @@ class LogindLockHolder:
                 # Off the listener thread: the call waits for a reply that thread reads.
                 threading.Thread(target=self._retake, args=(inhibitor,), daemon=True).start()
             return
-        fixed = budget.logind(time.monotonic(), self.drain_deadline, self._inhibit_delay)
+        # The kubelet's lock as last seen: asking logind now would wait on this thread.
+        kubelet_kills = self._kubelet.seen is not None
+        fixed = budget.logind(
+            time.monotonic(), self.drain_deadline, self._inhibit_delay, kubelet_kills
+        )
         self.on_shutdown(logind_reason(kind), fixed, generation, lambda: self._release(generation))
 
     def _release(self, generation: int) -> None:
@@ -138,6 +147,9 @@ class LogindLockHolder:
             return
         self._inhibit_delay = delay
         metrics.INHIBIT_DELAY.set(delay)
+        outvoted = check_outvoted(delay)
+        if outvoted:
+            log.warning("%s", outvoted)
         short = budget.inhibit_delay_short(self.drain_deadline, delay)
         metrics.INHIBIT_SHORT.set(1 if short else 0)
         message = None

@@ -70,6 +70,10 @@ class DrainOptions:
     finish_grace: float = 10.0
     stuck_after: float = STUCK_AFTER_GRACE
     finished_pods: podfilter.FinishedPods = podfilter.FinishedPods.KEEP
+    # The kubelet's graceful node shutdown is stopping the node's ordinary pods from the
+    # drain's start (logind announced the shutdown while the kubelet held its lock): they
+    # are deleted at once instead of evicted (Evictor.delete_for_kubelet_shutdown).
+    kubelet_kills: bool = False
 
 
 class DrainOutcome(StrEnum):
@@ -91,6 +95,8 @@ class DrainResult:
     seconds: float = 0.0
     cordoned: bool = False  # the caller's cordon wrote it (not a person's, not kept)
     evicted: list[PodOutcome] = field(default_factory=list)
+    # Deleted without their PDBs, each: the kubelet's graceful shutdown was stopping them.
+    deleted_for_kubelet: list[PodOutcome] = field(default_factory=list)
     skipped: list[PodOutcome] = field(default_factory=list)
     blocked: list[PodOutcome] = field(default_factory=list)  # every pod left, and why
     forced: list[PodOutcome] = field(default_factory=list)
@@ -307,6 +313,9 @@ class Drain:
         return evict
 
     def _evict_tiers(self, pods: list[JSON]) -> list[Eviction]:
+        kills = self.opts.kubelet_kills
+        killing = [p for p in pods if kills and podfilter.killed_at_once_by_kubelet(p)]
+        pods = [p for p in pods if not (kills and podfilter.killed_at_once_by_kubelet(p))]
         tiers = podfilter.tiers(pods)
         budget = self._deadline - self._start  # the options' deadline, or the context's
         reserve_until = self._deadline - budget * self.opts.critical_reserve
@@ -325,10 +334,21 @@ class Drain:
         with ThreadPoolExecutor(
             max_workers=max(1, self.opts.concurrency), thread_name_prefix="evict"
         ) as pool:
+            deleted = self._delete_killing(pool, killing)
+            evictions += deleted
             for tier in tiers:
                 critical = podfilter.is_critical(tier.pods[0])
                 tier_until = self._deadline if critical or not has_critical else reserve_until
-                batch = self._run_tier(pool, tier, tier_until)
+                if critical and self.opts.kubelet_kills:
+                    # The kubelet stops its critical group once the rest has stopped (or its
+                    # time is up): from then on these are being killed too. Never earlier: a
+                    # delete starts the kubelet's kill, and DNS and the CNI must outlive the
+                    # workloads.
+                    self._wait_gone(deleted, reserve_until)
+                    batch = self._delete_killing(pool, list(tier.pods))
+                    self._wait_gone(batch, tier_until)
+                else:
+                    batch = self._run_tier(pool, tier, tier_until)
                 evictions += batch
                 if self._work.cancelled:
                     break
@@ -337,6 +357,17 @@ class Drain:
         if self._evictor.fatal:
             raise self._evictor.fatal
         return evictions
+
+    def _delete_killing(self, pool: ThreadPoolExecutor, pods: list[JSON]) -> list[Eviction]:
+        """The pods the kubelet's graceful shutdown is stopping, deleted at once and all
+        together; the tiers go on meanwhile, and the drain waits for these at its end."""
+        batch = [Eviction(p, outcome_of(p)) for p in pods]
+        if batch:
+            self.progress(f"deleting {len(batch)} pods the kubelet's graceful shutdown is stopping")
+        assert self._evictor is not None
+        for ev in batch:
+            pool.submit(self._evictor.delete_for_kubelet_shutdown, ev)
+        return batch
 
     def _run_tier(
         self, pool: ThreadPoolExecutor, tier: podfilter.Tier, until: float
@@ -362,9 +393,11 @@ class Drain:
         states = {id(e): self._state(e) for e in evictions}
         gone = [e for e in evictions if states[id(e)] is PodState.GONE]
         left = [e for e in evictions if states[id(e)] is not PodState.GONE]
-        self.result.evicted = [e.outcome for e in gone]
         if self.cancelled:
-            self.result.evicted += [e.outcome for e in left if e.accepted]
+            gone += [e for e in left if e.accepted]
+        self.result.evicted = [e.outcome for e in gone if not e.outcome.kubelet_shutdown]
+        self.result.deleted_for_kubelet = [e.outcome for e in gone if e.outcome.kubelet_shutdown]
+        if self.cancelled:
             self.result.outcome = DrainOutcome.CANCELLED
             return
         waiting = [e for e in left if states[id(e)] is PodState.PRESENT]

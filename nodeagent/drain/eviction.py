@@ -53,6 +53,9 @@ class PodOutcome:
     # (its own grace, the grace it was given) when its eviction cut its grace to the time
     # the node has left; None when it kept its own.
     grace_cut: tuple[int, int] | None = None
+    # Deleted instead of evicted, its PDB not consulted: the kubelet's graceful node
+    # shutdown was already stopping it (Evictor.delete_for_kubelet_shutdown).
+    kubelet_shutdown: bool = False
 
     @property
     def ref(self) -> str:
@@ -172,6 +175,64 @@ class Evictor:
         except Exception as exc:  # a worker must never die silently
             log.exception("eviction of %s failed", ev.outcome.ref)
             ev.outcome.note(f"internal error: {type(exc).__name__}: {exc}")
+
+    def delete_for_kubelet_shutdown(self, ev: Eviction) -> None:
+        """Delete a pod the kubelet's graceful node shutdown is already stopping, without
+        asking its PodDisruptionBudget, which still counts it healthy and would refuse its
+        eviction until the kubelet reports it gone.
+
+        The kubelet's kill changes nothing in the API while the containers stop, so the pod
+        stays a ready endpoint of its Services. The delete sets its deletionTimestamp, which
+        turns the endpoint terminating at once: the Services stop sending it new requests
+        while its preStop hook runs, as an eviction would have. It does not change the kill
+        under way (the kubelet keeps the shorter of two grace periods). A delete that fails
+        for any other reason than the pod being gone falls back to the eviction."""
+        try:
+            if self._delete_for_kubelet_shutdown(ev):
+                return
+            self._evict_until_accepted(ev)
+        except KubeError as exc:
+            self.fatal = exc
+            self.work.cancel()
+        except Exception as exc:  # a worker must never die silently
+            log.exception("delete of %s failed", ev.outcome.ref)
+            ev.outcome.note(f"internal error: {type(exc).__name__}: {exc}")
+
+    def _delete_for_kubelet_shutdown(self, ev: Eviction) -> bool:
+        """True when done with the pod (deleted, or gone already)."""
+        sent = self.pods.objects.get(ev.outcome.uid) or ev.pod
+        grace = self._grace_for(sent)
+        options: JSON = {"preconditions": {"uid": ev.outcome.uid}}
+        if grace is not None:
+            options["gracePeriodSeconds"] = grace
+        try:
+            self.kube.delete(pods_path(ev.outcome.namespace, ev.outcome.name), options)
+        except ApiError as exc:
+            if exc.status in (404, 409):  # gone, or its name is another pod's now
+                return True
+            if exc.status in (401, 403):
+                raise DrainAborted(f"delete of {ev.outcome.ref} forbidden: {exc}") from None
+            ev.outcome.note(f"delete failed, evicting instead: {exc}")
+            return False
+        except Unreachable as exc:
+            ev.outcome.note(f"delete failed, evicting instead: {exc}")
+            return False
+        self._accepted(ev)
+        ev.outcome.kubelet_shutdown = True
+        metrics.EVICTIONS.labels("kubelet-shutdown").inc()
+        self.progress(
+            f"deleted {ev.outcome.ref}: the kubelet's graceful shutdown is stopping it "
+            "(its PodDisruptionBudget not consulted)"
+        )
+        self.pod_event(
+            ev,
+            "DeletedForKubeletShutdown",
+            f"Deleted by nodeagent ({self.reason}) without consulting its "
+            "PodDisruptionBudget: the kubelet's graceful node shutdown is already stopping "
+            "it, and the delete takes it out of its Services while its preStop hook runs",
+            WARNING,
+        )
+        return True
 
     def _evict_until_accepted(self, ev: Eviction) -> None:
         backoff = PDB_BACKOFF_START

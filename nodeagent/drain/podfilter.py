@@ -105,6 +105,16 @@ def is_critical(pod: JSON) -> bool:
     )
 
 
+def killed_at_once_by_kubelet(pod: JSON) -> bool:
+    """Whether the kubelet's graceful node shutdown kills `pod` the moment logind announces
+    the shutdown. It kills pods in groups by `spec.priority`, the lowest first, and its
+    two-group default (shutdownGracePeriod, shutdownGracePeriodCriticalPods) puts every pod
+    below the system-critical priority in the first group; critical ones follow once that
+    group has stopped or its time is up (kubelet 1.35, pkg/kubelet/nodeshutdown:
+    processShutdownEvent over groupByPriority)."""
+    return not is_critical(pod)
+
+
 def is_do_not_disrupt(pod: JSON) -> bool:
     return (pod["metadata"].get("annotations") or {}).get(DO_NOT_DISRUPT) == "true"
 

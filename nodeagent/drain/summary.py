@@ -15,6 +15,11 @@ def _lines(title: str, pods: list[PodOutcome]) -> list[str]:
     return [f"  {title}: {p.ref}" + (f" ({p.detail})" if p.detail else "") for p in pods]
 
 
+def _kubelet_count(result: DrainResult) -> str:
+    n = len(result.deleted_for_kubelet)
+    return f" deleted for the kubelet's shutdown {n}," if n else ""
+
+
 def render(result: DrainResult) -> str:
     if result.outcome is DrainOutcome.DRY_RUN:
         lines = [f"node {result.node}: dry run, nothing changed"]
@@ -22,7 +27,8 @@ def render(result: DrainResult) -> str:
     else:
         lines = [
             f"node {result.node}: {result.outcome} in {result.seconds:.2f}s"
-            f" (evicted {len(result.evicted)}, skipped {len(result.skipped)},"
+            f" (evicted {len(result.evicted)},{_kubelet_count(result)}"
+            f" skipped {len(result.skipped)},"
             f" blocked {len(result.blocked)}, forced {len(result.forced)})"
         ]
     if result.skipped:
@@ -34,6 +40,10 @@ def render(result: DrainResult) -> str:
         for p in result.evicted
         if p.grace_cut
     ]
+    lines += _lines(
+        "deleted, PDB not consulted (the kubelet's graceful shutdown was stopping it)",
+        result.deleted_for_kubelet,
+    )
     lines += _lines("warning", result.warnings)
     lines += _lines("blocked", result.blocked)
     lines += _lines("forced", result.forced)

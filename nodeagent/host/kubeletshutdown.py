@@ -4,8 +4,9 @@ With `shutdownGracePeriod` above 0 the kubelet holds a logind delay inhibitor (w
 `kubelet`, mode `delay`) and, the moment `PrepareForShutdown(true)` arrives, kills every
 active pod by priority group with no regard for PodDisruptionBudgets (Kubernetes 1.35,
 `pkg/kubelet/nodeshutdown/nodeshutdown_manager_linux.go`, `processShutdownEvent`), at the
-same instant the agent starts evicting. The agent still cordons and evicts what it can,
-but the PDB guarantee does not hold: this module tells whether that is the case, and says
+same instant the agent starts. The PDB guarantee does not hold then, and the drain deletes
+the pods the kubelet is killing (nodeagent/drain/eviction.py,
+Evictor.delete_for_kubelet_shutdown): this module tells whether that is the case, and says
 so once per change.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from nodeagent.host.logind import Inhibitor
 from nodeagent.report import metrics
@@ -21,6 +23,10 @@ from nodeagent.report import metrics
 log = logging.getLogger(__name__)
 
 KUBELET = "kubelet"
+# Where the kubelet asks logind for the delay its graceful shutdown needs (the sum of its
+# priority groups' time), when logind's is shorter (kubelet 1.35,
+# pkg/kubelet/nodeshutdown/systemd/inhibit_linux.go, OverrideInhibitDelay).
+KUBELET_DROPIN = "/etc/systemd/logind.conf.d/99-kubelet.conf"
 # The kubelet takes its inhibitor when its shutdown manager starts, which may be after the
 # agent; logind says nothing when an inhibitor is taken, so the agent looks again this often.
 CHECK_INTERVAL = 30.0
@@ -34,10 +40,46 @@ def kubelet_inhibitor(inhibitors: Iterable[Inhibitor]) -> Inhibitor | None:
 def message(inhibitor: Inhibitor) -> str:
     return (
         f"the kubelet holds a logind delay lock (pid {inhibitor.pid}): its graceful node shutdown "
-        "is on and kills every pod at shutdown without regard for PodDisruptionBudgets, "
-        "racing the drain; set the kubelet's shutdownGracePeriod to 0s and let nodeagent "
-        "drain"
+        "is on and kills every pod at shutdown within its own budget, without regard for "
+        "PodDisruptionBudgets; the agent deletes the pods it kills so that they leave their "
+        "Services at once, but cannot give them more time than the kubelet does; set the "
+        "kubelet's shutdownGracePeriod to 0s to let nodeagent drain with PDBs and each "
+        "pod's own grace"
     )
+
+
+def requested_delay(text: str) -> float | None:
+    """InhibitDelayMaxSec in the kubelet's drop-in (whole seconds, as it writes it)."""
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "InhibitDelayMaxSec":
+            try:
+                return float(value.strip())
+            except ValueError:
+                return None
+    return None
+
+
+def outvoted_message(requested: float, delay: float) -> str | None:
+    """What to say when logind's delay is shorter than the one the kubelet asked for:
+    its shutdown manager then refuses to start (it checks at its own start and gives up
+    after a few reads), so its graceful shutdown is off until it restarts."""
+    if requested <= delay:
+        return None
+    return (
+        f"the kubelet asked logind for {requested:.0f}s ({KUBELET_DROPIN}) and logind's delay "
+        f"is {delay:.0f}s: the kubelet's graceful node shutdown cannot start ('Failed to "
+        "start node shutdown manager' in its log) and nodeagent drains this node alone"
+    )
+
+
+def check_outvoted(delay: float, path: str = KUBELET_DROPIN) -> str | None:
+    """Read the kubelet's drop-in, if it wrote one, and say whether `delay` outvotes it."""
+    try:
+        requested = requested_delay(Path(path).read_text())
+    except OSError:
+        return None
+    return None if requested is None else outvoted_message(requested, delay)
 
 
 @dataclass

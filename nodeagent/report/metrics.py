@@ -299,7 +299,8 @@ DETACH_SECONDS = Metric(
     buckets=(1, 2, 5, 10, 20, 30, 60, 120),
 )
 # result: accepted (the API server took the eviction), blocked (a pod's first refusal in
-# a drain), forced (deleted after the deadline), granted (an earlier grant finished).
+# a drain), forced (deleted after the deadline), granted (an earlier grant finished),
+# kubelet-shutdown (deleted without its PDB: the kubelet's graceful shutdown was stopping it).
 EVICTIONS = Metric(Kind.COUNTER, "nodeagent_evictions", "Eviction outcomes", ("result",))
 EVENTS_DROPPED = Metric(
     Kind.COUNTER,
