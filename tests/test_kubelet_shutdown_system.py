@@ -23,15 +23,18 @@ from tests.agentproc import free_port
 from tests.nspawn import Machine, nspawn_root, packaged_root
 
 # A delay lock taken as the kubelet takes it, and let go once logind announces the
-# shutdown (the kubelet lets go once it has killed its pods); the unit counts as started
-# once logind lists the lock, so the agent (ordered after it) sees it at start.
+# shutdown (the kubelet lets go once it has killed its pods): `kill 0` ends the whole unit,
+# systemd-inhibit with it, since busctl would only notice grep's exit at its next write.
+# The unit counts as started once logind lists the lock, so the agent (ordered after it)
+# sees it at start.
 KUBELET_WITH_GRACEFUL_SHUTDOWN = """[Unit]
 Description=Stand-in kubelet with graceful node shutdown on
 
 [Service]
 ExecStart=/usr/bin/systemd-inhibit --what=shutdown --who=kubelet \
  --why="Kubelet needs time to handle node shutdown" --mode=delay /bin/sh -c \
- 'busctl monitor --match "type=signal,member=PrepareForShutdown" | grep -q -m1 PrepareForShutdown'
+ 'stdbuf -oL busctl monitor --match "type=signal,member=PrepareForShutdown" \
+ | { grep -q -m1 PrepareForShutdown; kill 0; }'
 ExecStartPost=/bin/sh -c 'until systemd-inhibit --list --no-pager | grep -q kubelet; \
 do sleep 0.1; done'
 
