@@ -13,10 +13,10 @@ from typing import Any
 
 import yaml
 
+from hack import kubeutil as ku
+from hack.chart import kubectl, note_cluster_scoped, objects, render
+from hack.deb import hack
 from hack.realnode import RealNode
-from tests import kubeutil as ku
-from tests.nspawn import hack
-from tests.test_chart import kubectl, note_cluster_scoped, objects, render
 
 JSON = dict[str, Any]
 KUBECONFIG = "/etc/kubernetes/kubelet.kubeconfig"  # hack/realnode's kubelet credentials
@@ -82,7 +82,7 @@ def apply(
     """The chart as `helm upgrade` would apply it (release `release`, or `ns`, in `ns`);
     returns the rendered DaemonSet and adds its cluster-scoped objects to `rbac`. With
     `verbose`, the agent runs with -v (its INFO lines: what it heard, its drain's
-    outcome), as the host form's journal gets them from tests/nspawn.py's drop-in."""
+    outcome), as the host form's journal gets them from hack/deb.py's drop-in."""
     docs = objects(render(release or ns, ns, chart_values))
     note_cluster_scoped(docs, rbac)
     if verbose:

@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from hack import kubeutil as ku
 from hack.localcluster.cluster import Cluster
 from nodeagent.kube.client import Kube
-from tests import kubeutil as ku
 
 RUNS = 7
 PODS = 20

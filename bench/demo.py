@@ -31,7 +31,7 @@ if __package__ in (None, ""):  # run as a script: the checkout is the import roo
 from bench.departure_metrics import summarize
 from bench.departure_scene import CONFIGS, Kind, Scene
 from hack.localcluster.cluster import Cluster, ClusterError
-from tests.nspawn import realtime
+from hack.nspawn import realtime
 
 POLL_S = 0.5
 TALLY_EVERY_S = 5.0

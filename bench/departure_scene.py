@@ -24,16 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from bench import agent_daemonset
+from hack.deb import VERBOSE_DROPIN, build_deb, dpkg_offline
 from hack.localcluster.cluster import Cluster
 from hack.localcluster.kubeapi import ApiError
 from hack.localcluster.procs import free_ports
+from hack.nspawn import realtime
 from hack.realnode import NodeOptions, RealNode, stateful
 from hack.realnode import csi as realcsi
 from hack.realnode.images import TEST_IMAGE
 from hack.realnode.paths import REPO
 from hack.realnode.traffic import ClientError, ClientNet
 from hack.realnode.workload import PORT, WORKLOAD_IMAGE, import_into
-from tests.nspawn import VERBOSE_DROPIN, build_deb, dpkg_offline, realtime
 
 GROUP_LABEL = "test.nodeagent.io/group"
 DND = "karpenter.sh/do-not-disrupt"

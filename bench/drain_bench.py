@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import audit, report, workload
 from bench.drainers import Drain, Drainer, Identities, run_drain, turn
 from bench.workload import SETTLE_TIMEOUT
+from hack import kubeutil as ku
 from hack.localcluster.cluster import Cluster
 from nodeagent.kube.client import Kube
-from tests import kubeutil as ku
 
 SIM_NODE_PODS = 250  # the simulated node's pod capacity (hack/localcluster/podstatus.py)
 

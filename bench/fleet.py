@@ -47,9 +47,9 @@ from bench.drain_bench import compile_bytecode
 from bench.drainers import Drain, Drainer, Identities, run_drain
 from bench.report import load_line
 from bench.residents import Residents
+from hack import kubeutil as ku
 from hack.localcluster.cluster import Cluster
 from nodeagent.kube.client import JSON, Kube, node_path
-from tests import kubeutil as ku
 
 REPO = Path(__file__).resolve().parent.parent
 # The kubelet's cadence: Lease renewed every 10 s, full status every 5 minutes unchanged.

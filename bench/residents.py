@@ -22,8 +22,8 @@ from pathlib import Path
 
 import psutil
 
+from hack.agentproc import free_port, toml
 from hack.localcluster.cluster import Cluster
-from tests.agentproc import free_port, toml
 
 REPO = Path(__file__).resolve().parent.parent
 UNIT = REPO / "systemd" / "nodeagent.service"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import ssl
 import urllib.request
 
+from hack import kubeutil as ku
 from hack.localcluster.cluster import Cluster
 from nodeagent.kube.client import ApiError, Kube, node_path
-from tests import kubeutil as ku
 
 SETTLE_TIMEOUT = 300.0
 

@@ -1,6 +1,7 @@
 """The systemd-nspawn driver shared by the system tests' machines (tests/nspawn.py) and the
 real nodes (hack/realnode/node.py): start a booting container with its console logged, find
-its PID 1, run commands in it, wait for it to exit or kill it, read its journal.
+its PID 1, run commands in it, wait for it to exit or kill it, read its journal (and an
+entry's time).
 
 A subclass says how its nspawn process is known (:meth:`Container.nspawn_pid`; a real node
 may be driven from another process than the one that started it) and what "booted" means
@@ -188,3 +189,8 @@ class Container:
             check=False,
         )
         return out.stdout
+
+
+def realtime(entry: dict[str, str]) -> float:
+    """A journal entry's wall-clock time in seconds."""
+    return int(entry["__REALTIME_TIMESTAMP"]) / 1e6

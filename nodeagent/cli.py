@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from nodeagent import __version__
-from nodeagent.agent.launch import (
+from nodeagent.agent.command import (
     F,
     build_config,
     check_rejection,

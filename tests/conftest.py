@@ -47,8 +47,8 @@ def kube(admin_kubeconfig: str) -> Kube:
 CLUSTER_FIXTURES = frozenset({"cluster", "kube", "admin_kubeconfig"})
 # Modules whose use means booting systemd-nspawn machines or building the node artifacts.
 CLUSTER_MODULES = ("hack.localcluster.cluster",)
-NSPAWN_MODULES = ("tests.nspawn", "hack.realnode")
-ARTIFACT_MODULES = ("tests.test_image", "tests.test_ignition", "tests.test_chart")
+NSPAWN_MODULES = ("tests.nspawn", "hack.deb", "hack.nspawn", "hack.realnode")
+ARTIFACT_MODULES = ("tests.test_image", "tests.test_ignition", "tests.test_chart", "hack.chart")
 
 
 def _uses(module: Any, prefixes: tuple[str, ...]) -> bool:

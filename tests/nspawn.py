@@ -12,7 +12,6 @@ a checkout under /tmp would vanish behind the unit's PrivateTmp=yes).
 
 from __future__ import annotations
 
-import os
 import select
 import shutil
 import socket
@@ -20,6 +19,7 @@ import subprocess
 import threading
 from pathlib import Path
 
+from hack.deb import VERBOSE_DROPIN, build_deb, dpkg_offline, hack
 from hack.nspawn import Container
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,13 +29,6 @@ KUBELET_STOPPED = "var/lib/kubelet-stopped"
 INSTALLED = "usr/lib/nodeagent/bin/nodeagent"
 # Where EKS and GKE keep the kubelet's kubeconfig; the agent finds it there by itself.
 KUBELET_KUBECONFIG = "var/lib/kubelet/kubeconfig"
-
-# -v: INFO lines (what the agent heard, its drain's progress and outcome) go to the journal.
-# An administrator's drop-in, as on a node: the packaged unit stays as shipped.
-VERBOSE_DROPIN = """[Service]
-ExecStart=
-ExecStart=/usr/bin/nodeagent run --config /etc/nodeagent/config.toml -v
-"""
 
 # Starts with the machine and records when it is stopped: nodeagent.service is ordered
 # After= the kubelet, so at shutdown the agent stops (and drains) before this runs.
@@ -51,52 +44,6 @@ ExecStop=/bin/sh -c 'date +%%s.%%N >> /{KUBELET_STOPPED}'
 [Install]
 WantedBy=multi-user.target
 """
-
-
-def hack(script: str, timeout: float) -> list[Path]:
-    """Run a cached build script of hack/; the paths it prints, one a line."""
-    out = subprocess.run(
-        [str(REPO / "hack" / script)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=timeout,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"hack/{script} failed: {out.stderr.strip()[-3000:]}")
-    return [Path(line) for line in out.stdout.strip().splitlines()]
-
-
-def build_deb() -> Path:
-    """The package built from the checkout (hack/build-deb reuses an up-to-date one)."""
-    return hack("build-deb", 1200)[-1]
-
-
-def dpkg_offline(root: Path, deb: Path, *args: str) -> None:
-    """``dpkg -i`` into a root where no systemd runs, as a node image's build does."""
-    out = subprocess.run(
-        [
-            "systemd-nspawn",
-            "--quiet",
-            "--register=no",
-            "--keep-unit",
-            "--pipe",
-            "-D",
-            str(root),
-            f"--bind-ro={deb}:/tmp/{deb.name}",
-            "dpkg",
-            "-i",
-            *args,
-            f"/tmp/{deb.name}",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-        env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"dpkg -i {deb.name} failed: {out.stdout[-2000:]}{out.stderr[-2000:]}")
 
 
 SITE_PACKAGES = "usr/lib/nodeagent/lib/python3.11/site-packages"
@@ -279,11 +226,6 @@ class Machine(Container):
         if not path.exists():
             return []
         return [float(line) for line in path.read_text().split()]
-
-
-def realtime(entry: dict[str, str]) -> float:
-    """A journal entry's wall-clock time in seconds."""
-    return int(entry["__REALTIME_TIMESTAMP"]) / 1e6
 
 
 class ApiRelay:

@@ -17,11 +17,11 @@ import pytest
 import yaml
 
 import nodeagent
+from hack import kubeutil as ku
+from hack.chart import CHART, helm, helm_binary, kubectl, objects, privileged_namespace, render
 from nodeagent.kube.client import ApiError, Kube
-from tests import kubeutil as ku
 
 ROOT = Path(__file__).resolve().parent.parent
-CHART = ROOT / "packaging" / "helm" / "nodeagent"
 MANIFESTS = ROOT / "packaging" / "manifests" / "nodeagent.yaml"
 
 # Every toggle away from its default at once, and the other identity.
@@ -42,49 +42,12 @@ NON_DEFAULT = [
 KUBELET = ["identity=kubelet", "kubeletIdentity.kubeconfig=/var/lib/kubelet/kubeconfig"]
 
 
-def helm_binary() -> str:
-    out = subprocess.run(
-        [str(ROOT / "hack" / "build-helm.sh")], capture_output=True, text=True, check=True
-    )
-    return out.stdout.strip()
-
-
 def crd_dir() -> Path:
     helm = Path(helm_binary())
     (version,) = re.findall(
         r"^promop_version=(\S+)", (ROOT / "hack/build-helm.sh").read_text(), re.M
     )
     return helm.parent.parent / f"prometheus-operator-crds-{version}"
-
-
-def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [helm_binary(), *args], capture_output=True, text=True, check=check, timeout=120
-    )
-
-
-def render(release: str, namespace: str, values: list[str]) -> str:
-    sets = [arg for v in values for arg in ("--set", v)]
-    return helm("template", release, str(CHART), "--namespace", namespace, *sets).stdout
-
-
-def objects(text: str) -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all(text) if doc]
-
-
-def kubectl(cluster: Any, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    cmd = [str(cluster.bin_dir / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), *args]
-    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=120)
-
-
-def privileged_namespace(kube: Kube, name: str, level: str = "privileged") -> str:
-    labels = {"pod-security.kubernetes.io/enforce": level}
-    kube.post("/api/v1/namespaces", {"metadata": {"name": name, "labels": labels}})
-    return name
-
-
-# Objects a rendering holds that outlive the test's namespace.
-CLUSTER_SCOPED = ("ClusterRole", "ClusterRoleBinding")
 
 
 @pytest.fixture
@@ -98,10 +61,6 @@ def cluster_scoped(cluster: Any) -> Iterator[list[dict[str, Any]]]:
         kubectl(
             cluster, "delete", "--ignore-not-found", "-f", "-", stdin=yaml.safe_dump_all(applied)
         )
-
-
-def note_cluster_scoped(docs: list[dict[str, Any]], applied: list[dict[str, Any]]) -> None:
-    applied.extend(d for d in docs if d["kind"] in CLUSTER_SCOPED and d not in applied)
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from hack import kubeutil as ku
 from nodeagent.config import Config, ConfigError, env_var, leaf_fields, load
 from nodeagent.drain.engine import Drain, DrainOptions
 from nodeagent.kube.client import Kube, KubeError
-from tests import kubeutil as ku
 
 COMMANDS = ("drain", "uncordon", "status", "wipe", "run")
 

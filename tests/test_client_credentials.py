@@ -25,12 +25,12 @@ from typing import Any
 import pytest
 import yaml
 
+from hack import kubeutil as ku
 from nodeagent.config import Config
 from nodeagent.kube import credentials, endpoint
 from nodeagent.kube.client import Kube, KubeConfigError
 from nodeagent.kube.endpoint import Endpoint, in_cluster
 from nodeagent.kube.transport import _env_proxy
-from tests import kubeutil as ku
 
 REPO = Path(__file__).resolve().parent.parent
 REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"

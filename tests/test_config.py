@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from hack import kubeutil as ku
 from nodeagent.config import ConfigError, load, parse_duration
 from nodeagent.kube.client import Kube
-from tests import kubeutil as ku
 
 
 @pytest.mark.parametrize(

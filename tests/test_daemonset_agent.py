@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from hack import kubeutil as ku
+from hack.agentproc import AgentProcess, merged
 from nodeagent.host.logind import LOGIND_IFACE, LOGIND_NAME, LOGIND_PATH
 from nodeagent.host.systemd_manager import SYSTEMD_IFACE, SYSTEMD_NAME, SYSTEMD_PATH
-from tests import kubeutil as ku
-from tests.agentproc import AgentProcess, merged
 from tests.test_shutdown_dbus import (
     Bus,
     cordoned,

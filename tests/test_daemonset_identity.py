@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
+from hack import kubeutil as ku
+from hack.chart import kubectl, objects, privileged_namespace, render
 from nodeagent.kube.client import JSON, ApiError, Kube, node_path, pods_path
-from tests import kubeutil as ku
-from tests.test_chart import kubectl, objects, privileged_namespace, render
 
 
 @pytest.fixture(scope="module")

@@ -27,12 +27,12 @@ import pytest
 import yaml
 
 import tests.test_chart as chart
+from hack import kubeutil as ku
+from hack.agentproc import free_port
+from hack.chart import kubectl, note_cluster_scoped, objects, privileged_namespace, render
+from hack.deb import hack
 from nodeagent.fence.marker import DRAIN_RESULT
 from nodeagent.kube.client import JSON, Kube, pods_path
-from tests import kubeutil as ku
-from tests.agentproc import free_port
-from tests.nspawn import hack
-from tests.test_chart import kubectl, note_cluster_scoped, objects, privileged_namespace, render
 from tests.test_daemonset_agent import mock_logind, preparing
 from tests.test_image import unpack
 from tests.test_shutdown_dbus import (

@@ -17,12 +17,12 @@ import pytest
 import bench.agent_daemonset as ds
 import tests.test_chart as chart
 import tests.test_realnode as realnode
+from hack import kubeutil as ku
+from hack.chart import kubectl, privileged_namespace
 from hack.localcluster.procs import free_ports
 from hack.realnode import RealNode
 from nodeagent.fence.marker import DRAIN_RESULT
 from nodeagent.kube.client import JSON, Kube
-from tests import kubeutil as ku
-from tests.test_chart import kubectl, privileged_namespace
 
 pytestmark = pytest.mark.timeout(900)
 env = realnode.env  # the real-node fixture

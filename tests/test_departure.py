@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from hack import kubeutil as ku
 from nodeagent.config import Config
 from nodeagent.context import Context
 from nodeagent.departure import budget
@@ -20,7 +21,6 @@ from nodeagent.fence.reason import Reason
 from nodeagent.kube.client import Kube
 from nodeagent.report.conditions import ConditionWriter
 from nodeagent.report.events import EventRecorder
-from tests import kubeutil as ku
 
 
 @pytest.fixture

@@ -22,9 +22,9 @@ import pytest
 
 from bench.departure_metrics import summarize
 from bench.departure_scene import CONFIGS, Kind, Scene
+from hack import kubeutil as ku
 from hack.realnode import host as realhost
 from hack.realnode.traffic import netns_leftovers
-from tests import kubeutil as ku
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from hack import kubeutil as ku
 from hack.localcluster.kubelet_sim import TERMINATION_DELAY
 from nodeagent.context import Context
 from nodeagent.departure.executor import cordon_then_drain
@@ -30,7 +31,6 @@ from nodeagent.fence.marker import (
 from nodeagent.kube.client import JSON, Kube, node_path, pods_path
 from nodeagent.report import metrics
 from nodeagent.report.events import EventRecorder
-from tests import kubeutil as ku
 
 
 @dataclass

@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from hack import kubeutil as ku
+from hack.agentproc import AgentProcess
 from nodeagent.departure.executor import cordon_then_drain, outcome_condition
 from nodeagent.drain import podfilter
 from nodeagent.drain.engine import (
@@ -35,8 +37,6 @@ from nodeagent.kube.client import JSON, Kube, api_stamp, node_path, pods_path
 from nodeagent.kube.watch import node_pods
 from nodeagent.report import conditions, metrics
 from nodeagent.report.events import EventRecorder
-from tests import kubeutil as ku
-from tests.agentproc import AgentProcess
 from tests.tcpproxy import Proxy
 
 HOLD = "test.nodeagent.io/hold"

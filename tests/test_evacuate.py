@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from hack import kubeutil as ku
+from hack.agentproc import AgentProcess
 from nodeagent.fence.marker import CORDONED_BY, DRAIN_REASON, DRAIN_RESULT, cordon
 from nodeagent.kube.client import JSON, Kube, node_path, pods_path
 from nodeagent.report import conditions
-from tests import kubeutil as ku
-from tests.agentproc import AgentProcess
 
 TAINT = {"key": "nodeagent.io/evacuate", "effect": "NoSchedule"}
 

@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from hack import kubeutil as ku
 from nodeagent.kube.client import Kube
 from nodeagent.report import metrics
 from nodeagent.report.events import EventRecorder
-from tests import kubeutil as ku
 from tests.tcpproxy import Proxy
 
 

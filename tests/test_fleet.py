@@ -19,9 +19,9 @@ import pytest
 
 from bench import apf, apiusage, fleet
 from bench.residents import Residents
+from hack import kubeutil as ku
 from hack.localcluster.cluster import Cluster
 from nodeagent.kube.client import Kube
-from tests import kubeutil as ku
 
 AGENTS, WAVE, PODS = 16, 4, 5
 # A server of 60 seats (the later flags win): the agents' level of one share then has one

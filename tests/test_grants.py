@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from hack import kubeutil as ku
 from nodeagent.departure.executor import cordon_then_drain
 from nodeagent.drain.engine import Drain, DrainOptions
 from nodeagent.drain.grants import (
@@ -19,7 +20,6 @@ from nodeagent.drain.grants import (
 )
 from nodeagent.kube.client import JSON, ApiError, Kube, api_stamp, api_time, pods_path
 from nodeagent.report.events import EventRecorder
-from tests import kubeutil as ku
 
 T0 = 1_800_000_000.0
 

@@ -10,8 +10,8 @@ import urllib.request
 
 import pytest
 
+from hack.agentproc import free_port
 from nodeagent.report.httpd import Reply, Server, answer, parse_request, response
-from tests.agentproc import free_port
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.nspawn import hack
+from hack.deb import hack
 from tests.test_units import HOST_UNITS, parse_unit, systemd_analyze
 
 REPO = Path(__file__).resolve().parent.parent

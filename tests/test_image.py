@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 
+from hack import kubeutil as ku
+from hack.deb import hack
 from nodeagent.kube.client import Kube
-from tests import kubeutil as ku
-from tests.nspawn import hack, nspawn_root
+from tests.nspawn import nspawn_root
 from tests.test_system import (
     DEADLINE,
     LOGIND_DELAY,

@@ -20,14 +20,14 @@ from typing import Any
 import pytest
 import yaml
 
+from hack import kubeutil as ku
+from hack.agentproc import BASE_CONFIG, AgentProcess, free_port, merged, toml
 from hack.localcluster import REJECT
 from nodeagent.drain.podfilter import find_condition as pod_condition
 from nodeagent.kube.client import JSON, ApiError, Kube, node_path
 from nodeagent.kube.credentials import Plan, Source, client_user, common_name, node_of, plan
 from nodeagent.rejection.controller import POD_REJECTED, RECREATE_ANNOTATION, RECREATED, STATE_WIPED
 from nodeagent.report import conditions
-from tests import kubeutil as ku
-from tests.agentproc import BASE_CONFIG, AgentProcess, free_port, merged, toml
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 READER = Path(__file__).resolve().parents[1] / "packaging" / "kubelet-pdb-reader.yaml"

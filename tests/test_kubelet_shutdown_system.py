@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
+from hack import kubeutil as ku
+from hack.agentproc import free_port
 from nodeagent.fence.marker import DRAIN_RESULT
 from nodeagent.kube.client import Kube
 from nodeagent.report import conditions
-from tests import kubeutil as ku
-from tests.agentproc import free_port
 from tests.nspawn import Machine, nspawn_root, packaged_root
 
 # A delay lock taken as the kubelet takes it, and let go once logind announces the

@@ -169,3 +169,63 @@ def test_the_kube_modules_form_no_import_circle() -> None:
     graph = kube_imports()
     assert {"client", "errors"} <= graph["credentials"], graph  # the walk sees real edges
     assert circle(graph) == []
+
+
+# -- the whole package ----------------------------------------------------------------------
+
+
+def imported_names(path: Path) -> set[str]:
+    """What a file imports, wherever the import is (X and X.Y for `from X import Y`)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+def package_imports() -> dict[str, set[str]]:
+    """module -> the package's other modules it imports (a package's own name for its
+    __init__), wherever the import is."""
+    paths = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return {
+        module: (imported_names(path) & set(paths)) - {module} for module, path in paths.items()
+    }
+
+
+def test_the_package_forms_no_import_circle() -> None:
+    # The entry point imports the click CLI (inside main) and the CLI builds its commands on
+    # what the entry point runs the daemon with: that lives in agent/command, below both.
+    graph = package_imports()
+    assert "nodeagent.cli" in graph["nodeagent.agent.launch"], graph  # lazy imports count
+    assert "nodeagent.agent.command" in graph["nodeagent.cli"], graph
+    assert circle(graph) == []
+
+
+# -- the harness ----------------------------------------------------------------------------
+
+REPO = PACKAGE.parent
+
+
+def harness_imports() -> dict[str, set[str]]:
+    """bench/ and hack/ file (relative path) -> the modules it imports."""
+    paths = sorted((REPO / "bench").rglob("*.py")) + sorted((REPO / "hack").rglob("*.py"))
+    return {str(path.relative_to(REPO)): imported_names(path) for path in paths}
+
+
+def test_bench_and_hack_never_import_tests() -> None:
+    # The benchmarks and the demo run without pytest: what they share with the tests is in
+    # hack/ (docs/architecture.md), and tests/ may use pytest anywhere.
+    found = harness_imports()
+    assert "hack.kubeutil" in found["bench/fleet.py"], found["bench/fleet.py"]
+    assert "hack/localcluster/cluster.py" in found
+    bad = {
+        path: sorted(n for n in names if n == "tests" or n.startswith("tests."))
+        for path, names in found.items()
+    }
+    assert {path: names for path, names in bad.items() if names} == {}

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from hack import kubeutil as ku
+from hack.agentproc import AgentProcess
 from nodeagent.agent.daemon import Agent
 from nodeagent.config import Config, LeftoversConfig
 from nodeagent.departure.leftovers import (
@@ -24,8 +26,6 @@ from nodeagent.departure.leftovers import (
 from nodeagent.kube.client import JSON, Kube, api_stamp, node_path, pods_path
 from nodeagent.rejection.controller import rejection_of
 from nodeagent.report.events import EventRecorder
-from tests import kubeutil as ku
-from tests.agentproc import AgentProcess
 
 BOOT = 1_800_000_000.0
 SHUTDOWN_AT = "sim.nodeagent.io/shutdown-at"

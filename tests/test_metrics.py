@@ -9,8 +9,8 @@ import urllib.request
 
 import pytest
 
+from hack.agentproc import free_port
 from nodeagent.report import metrics
-from tests.agentproc import free_port
 
 
 def get(url: str) -> tuple[int, str]:

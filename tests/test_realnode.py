@@ -22,6 +22,9 @@ from typing import Any
 
 import pytest
 
+from hack import kubeutil as ku
+from hack.deb import VERBOSE_DROPIN, build_deb, dpkg_offline
+from hack.nspawn import realtime
 from hack.realnode import TEST_IMAGE, NodeOptions, RealNode
 from hack.realnode import host as realhost
 from nodeagent.departure.leftovers import EVENT_REASON as LEFTOVER_DELETED
@@ -30,8 +33,6 @@ from nodeagent.drain.podfilter import find_condition
 from nodeagent.kube.client import JSON, Kube, node_path, pods_path
 from nodeagent.rejection.controller import POD_REJECTED, STATE_WIPED
 from nodeagent.report.conditions import READY, ReadyReason
-from tests import kubeutil as ku
-from tests.nspawn import VERBOSE_DROPIN, build_deb, dpkg_offline, realtime
 from tests.test_system import DEADLINE as AGENT_DEADLINE
 from tests.test_system import config as system_config
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from hack import kubeutil as ku
 from hack.localcluster import REJECT, REJECT_MESSAGE
 from nodeagent.config import RejectionConfig
 from nodeagent.context import Context
@@ -43,7 +44,6 @@ from nodeagent.rejection.controller import (
 )
 from nodeagent.report import metrics
 from nodeagent.report.events import EventRecorder
-from tests import kubeutil as ku
 
 BACKOFF = 1.0
 BIG_CPU = {"name": "app", "image": "x", "resources": {"requests": {"cpu": "64"}}}

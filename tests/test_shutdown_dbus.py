@@ -32,6 +32,8 @@ from jeepney import DBusAddress, MessageType, new_method_call, new_signal
 from jeepney.bus_messages import message_bus
 from jeepney.io.blocking import DBusConnection, open_dbus_connection
 
+from hack import kubeutil as ku
+from hack.agentproc import AgentProcess
 from nodeagent.fence.marker import CORDONED_BY
 from nodeagent.fence.reason import Reason
 from nodeagent.host.dbus import system_bus_address
@@ -61,8 +63,6 @@ from nodeagent.host.systemd_manager import (
 )
 from nodeagent.kube.client import JSON
 from nodeagent.report.conditions import READY, find
-from tests import kubeutil as ku
-from tests.agentproc import AgentProcess
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 MOCK_IFACE = "org.freedesktop.DBus.Mock"

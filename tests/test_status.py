@@ -6,10 +6,10 @@ import json
 import re
 from typing import Any
 
+from hack import kubeutil as ku
 from nodeagent.fence.marker import cordon
 from nodeagent.kube.client import Kube, node_path
 from nodeagent.report import conditions
-from tests import kubeutil as ku
 
 
 def status(node: str, kubeconfig: str, *extra: str) -> Any:

@@ -21,15 +21,15 @@ from typing import Any
 
 import pytest
 
+from hack import kubeutil as ku
+from hack.nspawn import realtime
 from hack.realnode import NodeOptions, RealNode, stateful
 from hack.realnode import csi as realcsi
 from hack.realnode.stateful import DRIVER, VA_PATH
 from nodeagent.drain.detach import attachment_name
 from nodeagent.kube.client import JSON, Kube, node_path, pods_path
 from nodeagent.report import conditions
-from tests import kubeutil as ku
 from tests import test_realnode
-from tests.nspawn import realtime
 from tests.test_realnode import (
     NO_TOKEN,
     POLITE,

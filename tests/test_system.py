@@ -23,7 +23,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from hack.nspawn import EXIT_REBOOT
+from hack import kubeutil as ku
+from hack.deb import build_deb
+from hack.nspawn import EXIT_REBOOT, realtime
 from nodeagent.fence.marker import (
     CORDONED_BY,
     DRAIN_REASON,
@@ -33,16 +35,13 @@ from nodeagent.fence.marker import (
 )
 from nodeagent.kube.client import Kube, node_path
 from nodeagent.report.conditions import READY
-from tests import kubeutil as ku
 from tests.nspawn import (
     KUBELET_KUBECONFIG,
     ApiRelay,
     Machine,
-    build_deb,
     next_deb,
     nspawn_root,
     packaged_root,
-    realtime,
 )
 
 DEADLINE = 20.0

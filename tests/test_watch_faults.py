@@ -21,6 +21,8 @@ import psutil
 import pytest
 import yaml
 
+from hack import kubeutil as ku
+from hack.agentproc import AgentProcess
 from nodeagent.config import LeftoversConfig, RejectionConfig
 from nodeagent.departure.leftovers import LeftoverCleaner
 from nodeagent.drain.engine import Drain, DrainOptions
@@ -28,8 +30,6 @@ from nodeagent.kube.client import JSON, ApiError, Kube, node_path, pods_path
 from nodeagent.kube.watch import node_pods
 from nodeagent.rejection.controller import RejectionController
 from nodeagent.report.events import EventRecorder
-from tests import kubeutil as ku
-from tests.agentproc import AgentProcess
 from tests.tcpproxy import Proxy
 
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1

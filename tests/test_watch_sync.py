@@ -12,9 +12,9 @@ import threading
 import time
 from typing import Any
 
+from hack import kubeutil as ku
 from nodeagent.kube.client import JSON, Kube
 from nodeagent.kube.watch import node_pods
-from tests import kubeutil as ku
 
 
 def test_a_waiter_in_the_gap_before_the_sync_is_woken(cluster: Any, kube: Kube) -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from hack import kubeutil as ku
 from nodeagent.kube.client import Kube
 from nodeagent.kube.watch import node_pods
-from tests import kubeutil as ku
 
 
 def test_the_mirror_drops_managed_fields(cluster: Any, kube: Kube) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from hack import kubeutil as ku
 from nodeagent.config import RejectionConfig
 from nodeagent.rejection.wipe import (
     FAILED,
@@ -33,7 +34,6 @@ from nodeagent.rejection.wipe import (
     plan,
     wipe,
 )
-from tests import kubeutil as ku
 
 REPO = Path(__file__).resolve().parent.parent
 POD = PodRef(namespace="team-a", name="web-0", uid="0b6c2f1e-2d4a-4c1e-9d7e-3f5a8b9c1d2e")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from hack import kubeutil as ku
+from hack.agentproc import toml
 from nodeagent.kube.client import Kube, pods_path
-from tests import kubeutil as ku
-from tests.agentproc import toml
 
 
 def setup(cluster: Any, kube: Kube, tmp_path: Path) -> tuple[str, str, Path, Path]:

@@ -1,4 +1,4 @@
-"""The program's entry point, and what every command shares that is not click.
+"""The program's entry point.
 
 `nodeagent run` the way systemd and the DaemonSet start it (`run` and the options every
 command shares, nothing else) goes straight to the daemon: click, and what it imports (uuid,
@@ -6,23 +6,17 @@ platform, gettext, locale), would cost every agent 1.4 MB of resident memory, on
 for parsing one command line once. Anything else, `run --help` or a mistyped option
 included, goes to the click CLI in nodeagent/cli.py, which parses, explains and refuses as
 it always has; tests/test_launch.py checks that both read every accepted command line alike.
+What both ways share is in nodeagent/agent/command.py.
 """
 
 from __future__ import annotations
 
-import functools
-import json
-import logging
 import os
 import re
 import sys
-from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from typing import Any
 
-from nodeagent.config import Config, ConfigError
-from nodeagent.config import load as load_config
-
-F = TypeVar("F", bound=Callable[..., Any])
+from nodeagent.agent.command import handle_errors, run_daemon
 
 # `run`'s options that take a value (nodeagent/cli.py: common_options), by parameter name.
 VALUE_OPTIONS = {
@@ -80,119 +74,3 @@ def main() -> None:
         cli()
         return
     handle_errors(run_daemon)(params)
-
-
-def run_daemon(params: dict[str, Any]) -> None:
-    """`nodeagent run`: load the configuration and run the agent until it stops."""
-    cfg = build_config(params)
-    check_rejection(cfg)
-    from nodeagent.host.preload import preload
-
-    preload(cfg)  # a package upgrade must not give this process a mix of versions
-    from nodeagent.report import metrics
-
-    metrics.enable()  # before anything counts
-    from nodeagent.agent.daemon import Agent
-    from nodeagent.agent.loops import Notifier
-    from nodeagent.kube.credentials import connect
-
-    notifier = Notifier()
-    kube, identity = connect(cfg, daemon=True, notify=notifier.send)
-    sys.exit(Agent(cfg, kube, notifier, identity=identity).run())
-
-
-class JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        return json.dumps(
-            {
-                "ts": round(record.created, 3),
-                "level": record.levelname.lower(),
-                "logger": record.name,
-                "msg": record.getMessage(),
-            }
-        )
-
-
-def setup_logging(verbose: int, fmt: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    level = logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING
-    logging.basicConfig(level=level, handlers=[handler], force=True)
-    # The client's own loggers are noisy at INFO and could echo request headers.
-    logging.getLogger("kubernetes").setLevel(logging.WARNING)
-    logging.getLogger("urllib3").setLevel(logging.ERROR)
-
-
-def fail(message: str, code: int) -> NoReturn:
-    print(f"nodeagent: error: {message}", file=sys.stderr, flush=True)
-    sys.exit(code)
-
-
-def check_rejection(cfg: Config) -> None:
-    """Refuse a [rejection] section whose wipe would refuse paths for every pod."""
-    if not (cfg.rejection.state_paths or cfg.rejection.hooks or cfg.rejection.state_roots):
-        return
-    from nodeagent.rejection.wipe import config_problems
-
-    problems = config_problems(cfg.rejection)
-    if problems:
-        raise ConfigError(f"rejection: {problems[0]}")
-
-
-# The flag behind each config key a flag can set, so errors name what the user typed.
-FLAGS = {
-    "kubeconfig": "--kubeconfig",
-    "node": "--node",
-    "log_format": "--log-format",
-    "drain.deadline": "--deadline",
-    "drain.force_after_deadline": "--force-after-deadline",
-    "drain.do_not_disrupt_ceiling": "--do-not-disrupt-ceiling",
-    "drain.finished_pods": "--finished-pods",
-}
-
-
-def build_config(params: dict[str, Any], overrides: dict[str, Any] | None = None) -> Config:
-    flags = {
-        "kubeconfig": params.pop("kubeconfig"),
-        "node": params.pop("node"),
-        "log_format": params.pop("log_format"),
-    }
-    try:
-        cfg = load_config(
-            params.pop("config_file"), overrides={**flags, **(overrides or {})}, flags=FLAGS
-        )
-    except ConfigError as exc:
-        fail(str(exc), 2)
-    setup_logging(params.pop("verbose"), cfg.log_format)
-    return cfg
-
-
-def handle_errors(func: F) -> F:
-    """Turn the errors users cause or meet into one line and a distinct exit code."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from nodeagent.fence.marker import CordonedByOther
-        from nodeagent.host.nodeclaim import AgentClaimError
-        from nodeagent.kube.errors import KubeConfigError, KubeError
-
-        try:
-            return func(*args, **kwargs)
-        except (ConfigError, KubeConfigError) as exc:
-            fail(str(exc), 2)
-        except AgentClaimError as exc:
-            fail(f"{exc} (set lock_file, or NODEAGENT_LOCK_FILE)", 1)
-        except CordonedByOther as exc:
-            fail(str(exc), 4)
-        except KubeError as exc:
-            fail(str(exc), 1)
-        except KeyboardInterrupt:
-            fail("interrupted", 130)
-        except Exception as exc:  # a bug: still one line, and the stack only with -vv
-            logging.getLogger(__name__).debug("internal error", exc_info=True)
-            fail(f"internal error: {type(exc).__name__}: {exc} (run with -vv for details)", 1)
-
-    return wrapper  # type: ignore[return-value]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.kubeutil import NODEAGENT, wait_until
+from hack.kubeutil import NODEAGENT, wait_until
 
 # The host has no logind for the agent to lock, and SIGTERM in a test is a plain
 # kill: nothing here may drain by accident.

@@ -1,4 +1,5 @@
-"""Test helpers: build workloads on simulated nodes and wait for what the API says."""
+"""The harness's API helpers, for tests and benchmarks alike: build workloads on simulated
+nodes and wait for what the API says."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def unique(prefix: str) -> str:
 
 
 def wait_until(check: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:
-    """Poll `check` until it returns something truthy (tests only; the agent watches)."""
+    """Poll `check` until it returns something truthy (the harness only; the agent watches)."""
     end = time.monotonic() + timeout
     while True:
         value = check()

@@ -1,0 +1,64 @@
+"""The agent's Debian package for nspawn roots: the cached build scripts of hack/ that make
+it (and the roots), ``dpkg -i`` into a root as a node image's build does, and the drop-in
+that makes its unit log at INFO."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+# -v: INFO lines (what the agent heard, its drain's progress and outcome) go to the journal.
+# An administrator's drop-in, as on a node: the packaged unit stays as shipped.
+VERBOSE_DROPIN = """[Service]
+ExecStart=
+ExecStart=/usr/bin/nodeagent run --config /etc/nodeagent/config.toml -v
+"""
+
+
+def hack(script: str, timeout: float) -> list[Path]:
+    """Run a cached build script of hack/; the paths it prints, one a line."""
+    out = subprocess.run(
+        [str(REPO / "hack" / script)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"hack/{script} failed: {out.stderr.strip()[-3000:]}")
+    return [Path(line) for line in out.stdout.strip().splitlines()]
+
+
+def build_deb() -> Path:
+    """The package built from the checkout (hack/build-deb reuses an up-to-date one)."""
+    return hack("build-deb", 1200)[-1]
+
+
+def dpkg_offline(root: Path, deb: Path, *args: str) -> None:
+    """``dpkg -i`` into a root where no systemd runs, as a node image's build does."""
+    out = subprocess.run(
+        [
+            "systemd-nspawn",
+            "--quiet",
+            "--register=no",
+            "--keep-unit",
+            "--pipe",
+            "-D",
+            str(root),
+            f"--bind-ro={deb}:/tmp/{deb.name}",
+            "dpkg",
+            "-i",
+            *args,
+            f"/tmp/{deb.name}",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"dpkg -i {deb.name} failed: {out.stdout[-2000:]}{out.stderr[-2000:]}")
