@@ -10,12 +10,15 @@ what the agents cost it while nothing happens:
    user), watches held per agent, and each agent's RSS and CPU;
 3. a wave: W nodes of 25 pods tainted for evacuation within a second, the time until each
    node's pods are gone; beside it W floor drains (bench/floor.py) of W other nodes at once;
+   run R times (the pods sent home in between), and the slowest node's time over the
+   slowest floor drain's taken as the median of the R rounds: one round on a shared
+   machine is noise;
 4. the fleet at 5,000 nodes, extrapolated from the per-agent figures, beside the kubelet's.
 
 The kubelet simulator renews each node's Lease every 10 s and writes its status every
 5 minutes, as the kubelet does when nothing changes.
 
-    python bench/fleet.py [--agents N] [--wave N] [--idle-minutes M] [--json FILE]
+    python bench/fleet.py [--agents N] [--wave N] [--waves R] [--idle-minutes M] [--json FILE]
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from bench.report import load_line
 from bench.residents import Residents
 from hack import kubeutil as ku
 from hack.localcluster.cluster import Cluster
-from nodeagent.kube.client import JSON, Kube, node_path
+from nodeagent.kube.client import JSON, ApiError, Kube, node_path, pods_path
 
 REPO = Path(__file__).resolve().parent.parent
 # The kubelet's cadence: Lease renewed every 10 s, full status every 5 minutes unchanged.
@@ -320,6 +323,83 @@ def floor(cluster: Cluster, kube: Kube, lay: Layout, workdir: Path) -> list[Drai
         return list(pool.map(drain, lay.floor))
 
 
+@dataclass(frozen=True)
+class Round:
+    """One wave beside its floor drains."""
+
+    drains: list[NodeDrain]
+    floors: list[Drain]
+
+    @property
+    def slowest_s(self) -> float:
+        return max(d.seconds for d in self.drains)
+
+    @property
+    def floor_slowest_s(self) -> float | None:
+        return max(d.seconds for d in self.floors) if self.floors else None
+
+    @property
+    def ratio(self) -> float | None:
+        """Slowest nodeagent node over slowest floor drain."""
+        f = self.floor_slowest_s
+        return self.slowest_s / f if f else None
+
+
+def _cordoned(kube: Kube, lay: Layout) -> set[str]:
+    selector = {"labelSelector": f"{FLEET_LABEL}={lay.group}"}
+    nodes = kube.request("GET", "/api/v1/nodes", query=selector)["items"]
+    return {n["metadata"]["name"] for n in nodes if n["spec"].get("unschedulable")}
+
+
+def _delete_pod(kube: Kube, pod: JSON) -> None:
+    meta = pod["metadata"]
+    try:
+        kube.delete(pods_path(meta["namespace"], meta["name"]))
+    except ApiError as exc:
+        if exc.status != 404:  # 404: gone already
+            raise
+
+
+def send_home(kube: Kube, lay: Layout, pods: int) -> None:
+    """Back to where a wave starts: the spares cordoned, the taints gone (each agent undoes
+    its cordon), the floor's cordons lifted, and every loaded node's pods home again (those
+    on the spares deleted: their Deployments re-create them where only home is open)."""
+    for spare in lay.wave_spares + lay.floor_spares:
+        kube.merge_patch(node_path(spare), {"spec": {"unschedulable": True}})
+    for node in lay.wave:
+        kube.merge_patch(node_path(node), {"spec": {"taints": []}})
+    for node in lay.floor:
+        ku.open_node(kube, node)
+    loaded = set(lay.wave + lay.floor)
+    ku.wait_until(lambda: not _cordoned(kube, lay) & loaded, DRAIN_TIMEOUT, "cordons undone")
+    away = [p for spare in lay.wave_spares + lay.floor_spares for p in ku.pods_on(kube, spare)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda p: _delete_pod(kube, p), away))
+    for node in loaded:
+        ku.wait_running(kube, node, pods, timeout=READY_TIMEOUT)
+
+
+def rounds(
+    cluster: Cluster,
+    kube: Kube,
+    lay: Layout,
+    log: Path,
+    workdir: Path,
+    count: int,
+    pods: int,
+    out: Out,
+) -> list[Round]:
+    done: list[Round] = []
+    for n in range(count):
+        if n:
+            send_home(kube, lay, pods)
+        drains = wave(kube, lay, log)
+        done.append(Round(drains, floor(cluster, kube, lay, workdir)))
+        print_wave(done[-1], n + 1, count, out)
+        out(load_line(f"after wave {n + 1}"))
+    return done
+
+
 # ---- report -----------------------------------------------------------------------------
 
 
@@ -368,8 +448,9 @@ def print_idle(i: Idle, r: apiusage.Rates, agents: int, out: Out) -> None:
     out(f"  meanwhile, CPU of one core: {busy}")
 
 
-def print_wave(drains: list[NodeDrain], floors: list[Drain], out: Out) -> None:
-    out(f"\n3. wave: {len(drains)} nodes tainted for evacuation within 1 s")
+def print_wave(r: Round, n: int, count: int, out: Out) -> None:
+    drains, floors = r.drains, r.floors
+    out(f"\n3. wave {n} of {count}: {len(drains)} nodes tainted for evacuation within 1 s")
     slowest = max(drains, key=lambda d: d.seconds)
     out(
         f"  nodeagent: slowest node {slowest.seconds:.2f}s "
@@ -385,7 +466,20 @@ def print_wave(drains: list[NodeDrain], floors: list[Drain], out: Out) -> None:
             f"{fslow.seconds:.2f}s (median {statistics.median(d.seconds for d in floors):.2f}s)"
             f"{f'; {failed} failed: {fslow.said}' if failed else ''}"
         )
-        out(f"  slowest nodeagent / slowest floor: {slowest.seconds / fslow.seconds:.2f}x")
+        out(f"  slowest nodeagent / slowest floor: {r.ratio:.2f}x")
+
+
+def ratio_median(done: list[Round]) -> float | None:
+    ratios = [r.ratio for r in done if r.ratio is not None]
+    return statistics.median(ratios) if ratios else None
+
+
+def print_rounds(done: list[Round], out: Out) -> None:
+    median = ratio_median(done)
+    if median is None:
+        return
+    each = ", ".join(f"{r.ratio:.2f}x" for r in done if r.ratio is not None)
+    out(f"\n  slowest nodeagent / slowest floor, {len(done)} waves: {each}; median {median:.2f}x")
 
 
 def at_scale(i: Idle, r: apiusage.Rates) -> dict[str, dict[str, float]]:
@@ -436,6 +530,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--agents", type=int, default=100, help="resident agents (default 100)")
     parser.add_argument("--wave", type=int, default=20, help="nodes evacuated at once (20)")
     parser.add_argument(
+        "--waves", type=int, default=3, help="waves run, one after the other (default 3)"
+    )
+    parser.add_argument(
         "--idle-minutes", type=float, default=10.0, help="idle window measured (default 10)"
     )
     parser.add_argument("--pods-per-node", type=int, default=25, help="wave pods per node (25)")
@@ -452,6 +549,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--agents and --pods-per-node must be at least 1")
     if not 0 <= args.wave <= args.agents:
         parser.error(f"--wave must be between 0 and --agents ({args.agents})")
+    if args.waves < 1:
+        parser.error("--waves must be at least 1")
     if args.idle_minutes <= 0:
         parser.error("--idle-minutes must be more than 0")
     return args
@@ -485,18 +584,15 @@ def run(args: argparse.Namespace, workdir: Path, out: Out) -> dict[str, Any]:
         out(load_line("after idle"))
         r = apiusage.rates(apiusage.agents_only(apiusage.read(log)), args.agents, i.start, i.end)
         print_idle(i, r, args.agents, out)
-        drains: list[NodeDrain] = []
-        floors: list[Drain] = []
+        done: list[Round] = []
         if lay.wave:
-            drains = wave(kube, lay, log)
-            floors = floor(cluster, kube, lay, workdir)
-            print_wave(drains, floors, out)
-            out(load_line("after wave"))
+            done = rounds(cluster, kube, lay, log, workdir, args.waves, args.pods_per_node, out)
+            print_rounds(done, out)
         scale = at_scale(i, r)
         print_scale(scale, out)
         loop_failures = residents.loop_failures()
         out(f"\nagent loops that failed and restarted themselves, whole run: {loop_failures}")
-        return _figures(args, s, i, r, drains, floors, scale, loop_failures)
+        return _figures(args, s, i, r, done, scale, loop_failures)
     finally:
         if residents is not None:
             residents.stop()
@@ -510,8 +606,7 @@ def _figures(
     s: Storm,
     i: Idle,
     r: apiusage.Rates,
-    drains: list[NodeDrain],
-    floors: list[Drain],
+    done: list[Round],
     scale: dict[str, dict[str, float]],
     loop_failures: int,
 ) -> dict[str, Any]:
@@ -541,13 +636,25 @@ def _figures(
         "cpu_s_per_agent_hour": round(max(i.cpu_s) / hours, 2),
         "cpu_s_per_agent_hour_median": round(statistics.median(i.cpu_s) / hours, 2),
         "control_plane_cpu_s_idle": {n: round(c, 1) for n, c in i.control_plane_cpu_s.items()},
-        "wave": len(drains),
-        "wave_slowest_s": round(max(d.seconds for d in drains), 2) if drains else None,
-        "wave_drains": [asdict(d) for d in drains],
-        "wave_floor_slowest_s": round(max(d.seconds for d in floors), 2) if floors else None,
-        "wave_floor_failed": sum(1 for d in floors if d.failed),
+        "wave": args.wave,
+        "waves": [_round_figures(r) for r in done],
+        "wave_ratio_median": _rounded(ratio_median(done)),
         "at_5000_nodes": scale,
         "load_average": os.getloadavg(),
+    }
+
+
+def _rounded(x: float | None) -> float | None:
+    return None if x is None else round(x, 2)
+
+
+def _round_figures(r: Round) -> dict[str, Any]:
+    return {
+        "slowest_s": round(r.slowest_s, 2),
+        "floor_slowest_s": _rounded(r.floor_slowest_s),
+        "ratio": _rounded(r.ratio),
+        "floor_failed": sum(1 for d in r.floors if d.failed),
+        "drains": [asdict(d) for d in r.drains],
     }
 
 

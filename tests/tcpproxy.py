@@ -19,6 +19,7 @@ class Proxy:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         self._conns: list[socket.socket] = []
+        self._frozen: set[socket.socket] = set()  # relay nothing more, close nothing
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -31,6 +32,15 @@ class Proxy:
             with suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
             conn.close()
+
+    def freeze(self) -> None:
+        """Blackhole the open connections without closing them: from now on their bytes
+        are dropped both ways, as on a path that lost its route, and neither end is told.
+        New connections are left hanging; after restore() they relay again, but the frozen
+        ones stay dead until an end gives up on them."""
+        self.mode = "blackhole"
+        with self._lock:
+            self._frozen.update(self._conns)
 
     def restore(self) -> None:
         self.mode = "relay"
@@ -57,16 +67,23 @@ class Proxy:
             except OSError:
                 client.close()
                 continue
+            # The 3 s bound was the connect's: a quiet connection (a watch between two
+            # events) is no broken one, and only the test may break it.
+            upstream.settimeout(None)
             with self._lock:
                 self._conns.append(upstream)
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         with suppress(OSError):
             while data := src.recv(65536):
-                dst.sendall(data)
+                if src not in self._frozen:
+                    dst.sendall(data)
+        # An end that gives up on a frozen connection closes the other one too: the test
+        # is about the end that noticed, and nothing is left open behind it.
         for s in (src, dst):
             with suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
+        with self._lock:
+            self._frozen.discard(src)

@@ -29,7 +29,7 @@ from nodeagent.host.nodeclaim import AgentClaim, Claimant
 from nodeagent.kube import identity
 from nodeagent.kube.client import JSON, READ_TIMEOUT, Kube, KubeError
 from nodeagent.kube.credentials import Identity
-from nodeagent.kube.watch import Reflector, node_pods
+from nodeagent.kube.watch import STUCK_AFTER, Reflector, node_pods
 from nodeagent.objects import is_ready as ready
 from nodeagent.report import metrics
 from nodeagent.report.conditions import ConditionWriter, heartbeat_wait
@@ -39,9 +39,6 @@ from nodeagent.report.readiness import Readiness
 log = logging.getLogger(__name__)
 
 WATCHDOG_INTERVAL = 5.0
-# Own-Node and own-pods watches end and resume this often; it bounds how long a
-# blackholed connection goes unnoticed (reads time out 10 s after the window).
-NODE_WATCH_SECONDS = 60
 HEARTBEAT_RETRY = 30.0  # a failed heartbeat is tried again this soon
 
 
@@ -71,7 +68,6 @@ class Agent:
         self.pods = node_pods(
             kube,
             self.node_name,
-            watch_seconds=NODE_WATCH_SECONDS,
             on_restart=lambda _why: metrics.WATCH_RESTARTS.labels("pods").inc(),
         )
         self.departure = Departure(
@@ -173,7 +169,9 @@ class Agent:
     def _loops(self) -> list[Loop]:
         heartbeat_bound = self.cfg.reporting.heartbeat_interval + READ_TIMEOUT + 15
         loops = [
-            Loop("node", self._watch_node, NODE_WATCH_SECONDS + 40),
+            # Alive through a long watch: each event and bookmark is progress, and a
+            # silent one is ended and started again (kube.watch.SILENCE_SECONDS).
+            Loop("node", self._watch_node, STUCK_AFTER),
             Loop("departure", self._depart, self.cfg.drain.deadline + 60),
             Loop("reconcile", self._reconcile, self.cfg.uncordon.settle + 60),
             Loop("heartbeat", self._heartbeat, heartbeat_bound),
@@ -183,7 +181,7 @@ class Agent:
         if self.cfg.shutdown.use_logind:
             loops.append(Loop("logind", self._hold_logind_lock))
         if self.cfg.rejection.enabled:
-            loops.append(Loop("pods", self._watch_pods, NODE_WATCH_SECONDS + 40))
+            loops.append(Loop("pods", self._watch_pods, STUCK_AFTER))
         if self.cfg.leftovers.enabled:
             loops.append(Loop("leftovers", self._clean_leftovers, READ_TIMEOUT + 15))
         return loops
@@ -217,7 +215,6 @@ class Agent:
             "/api/v1/nodes",
             resource="nodes",
             field_selector=f"metadata.name={self.node_name}",
-            watch_seconds=NODE_WATCH_SECONDS,
             on_change=changed,
             on_restart=lambda _why: metrics.WATCH_RESTARTS.labels("nodes").inc(),
         ).start()

@@ -27,6 +27,7 @@ from nodeagent.kube.errors import ApiError as ApiError
 from nodeagent.kube.errors import KubeConfigError as KubeConfigError
 from nodeagent.kube.errors import KubeError as KubeError
 from nodeagent.kube.errors import OutOfTime as OutOfTime
+from nodeagent.kube.errors import Silent as Silent
 from nodeagent.kube.errors import Unreachable as Unreachable
 
 if TYPE_CHECKING:
@@ -215,14 +216,31 @@ class Kube:
     def delete(self, path: str, body: JSON | None = None) -> JSON:
         return self.request("DELETE", path, body=body)
 
-    def watch(self, path: str, query: dict[str, str], timeout_seconds: int) -> Iterator[JSON]:
-        """Yield watch events ({"type", "object"}) until the server ends the stream."""
+    def watch(
+        self, path: str, query: dict[str, str], timeout_seconds: int, silence: float
+    ) -> Iterator[JSON]:
+        """Yield watch events ({"type", "object"}) until the server ends the stream.
+
+        The answer's headers are awaited as any answer's; then the stream may be quiet for
+        `silence` seconds at most, however long the watch (`timeout_seconds`): a read that
+        gets no byte for longer raises Silent. A read timeout is a silence deadline, one
+        recv at a time."""
         params = dict(query, watch="true", timeoutSeconds=str(timeout_seconds))
-        resp = self._call("GET", path, params, None, "", timeout_seconds + 10)
+        resp = self._call("GET", path, params, None, "", READ_TIMEOUT)
+        if self.deadline is not None:
+            silence = max(0.05, min(silence, self.deadline - time.monotonic()))
         try:
-            yield from _json_lines(resp, self.host)
+            _set_read_timeout(resp, silence)
+            yield from _json_lines(resp, self.host, path, silence)
         finally:
             resp.release_conn()
+
+
+def _set_read_timeout(resp: Any, seconds: float) -> None:
+    """Every later read on `resp`'s connection waits at most `seconds` for a byte."""
+    sock = getattr(resp.connection, "sock", None)
+    if sock is not None:
+        sock.settimeout(seconds)
 
 
 def _count_throttled(method: str, path: str, wait: float) -> None:
@@ -234,8 +252,8 @@ def _count_throttled(method: str, path: str, wait: float) -> None:
     )
 
 
-def _json_lines(resp: Any, host: str) -> Iterator[JSON]:
-    from urllib3.exceptions import HTTPError
+def _json_lines(resp: Any, host: str, path: str, silence: float) -> Iterator[JSON]:
+    from urllib3.exceptions import HTTPError, ReadTimeoutError
 
     buf = b""
     try:
@@ -245,7 +263,12 @@ def _json_lines(resp: Any, host: str) -> Iterator[JSON]:
                 line, buf = buf.split(b"\n", 1)
                 if line.strip():
                     yield json.loads(line)
-    except (TimeoutError, HTTPError, OSError) as exc:
+    except (ReadTimeoutError, TimeoutError):
+        raise Silent(
+            f"nothing from {host} on {path} for {silence:.0f}s, not even a bookmark: "
+            "connection presumed dead"
+        ) from None
+    except (HTTPError, OSError) as exc:
         raise _unreachable(host, exc) from None
 
 

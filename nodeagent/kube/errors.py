@@ -22,6 +22,11 @@ class Unreachable(KubeError):
     """The API server did not answer (refused, timed out, DNS)."""
 
 
+class Silent(Unreachable):
+    """A watch's stream sent nothing, not even a bookmark, for longer than the server lets
+    a healthy one be quiet: its connection is presumed dead (a blackhole)."""
+
+
 class OutOfTime(Unreachable):
     """The caller's deadline passed before (or while) the request could be made."""
 

@@ -20,12 +20,31 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from nodeagent.kube.client import JSON, Kube
-from nodeagent.kube.errors import ApiError, KubeError
+from nodeagent.kube.client import CONNECT_TIMEOUT, JSON, READ_TIMEOUT, Kube
+from nodeagent.kube.errors import ApiError, KubeError, Silent
 
 log = logging.getLogger(__name__)
 
+# Each watch asks the server to end it after a random length in [WATCH_SECONDS,
+# 2 * WATCH_SECONDS), as client-go's reflector does (minWatchTimeout 5 minutes times
+# 1 + rand): a fleet's renewals spread out instead of arriving in step.
 WATCH_SECONDS = 300
+# How long a watch may go without a byte before it is presumed dead and started again,
+# however long it was asked to last. The 1.35 watch cache sends every watcher that asked
+# for bookmarks one "roughly every minute" and 2 s before its timeout
+# (k8s.io/apiserver pkg/storage/cacher: cacher.go defaultBookmarkFrequency = time.Minute,
+# cache_watcher.go nextBookmarkTime; bucketed per second, dispatched every 1-1.25 s).
+# A bookmark carries the cache's latest resourceVersion and goes out only once that is
+# newer than where the watch began (cache_watcher.go process), so its cadence holds while
+# the resource changes anywhere in the cluster or etcd sends progress notifications (every
+# 5 s as kubeadm runs etcd; 10 minutes at etcd's default). Where none come (the watch
+# cache off, a quiet resource on a default etcd), a watch ends every SILENCE_SECONDS: no
+# dearer than the 60 s watches it replaces.
+SILENCE_SECONDS = 90
+# A watch loop without progress (a list, an event, a bookmark, a new watch, an error) for
+# this long is stuck: the longest it waits between two is a connect tried twice, the
+# answer's headers, then SILENCE_SECONDS for the first event.
+STUCK_AFTER = 2 * CONNECT_TIMEOUT + READ_TIMEOUT + SILENCE_SECONDS + 10
 BACKOFF_START = 0.2
 BACKOFF_MAX = 10.0
 
@@ -35,7 +54,7 @@ class WatchStats:
     """Observable health of one watch loop."""
 
     restarts: int = 0
-    last_success: float = 0.0  # wall clock of the last list or event received
+    last_success: float = 0.0  # wall clock of the last list or event (bookmarks too)
     last_error: str = ""
     # Monotonic time the loop last did anything: a list, an event, a new watch, an
     # error handled. Every call it makes is bounded, so a stale value means it is stuck.
@@ -62,7 +81,8 @@ class Reflector:
     field_selector: str = ""
     label_selector: str = ""
     resource: str = "pods"
-    watch_seconds: int = WATCH_SECONDS
+    watch_seconds: int = WATCH_SECONDS  # the shortest a watch is asked to last
+    silence: float = SILENCE_SECONDS
     on_change: Handler | None = None
     on_restart: Callable[[str], None] | None = None
     # Given: a 403 (or 401) ends the loop and is handed here instead of being retried
@@ -198,6 +218,11 @@ class Reflector:
                     self.on_forbidden(exc)
                     return
                 backoff = self._backoff(str(exc), backoff, stop)
+            except Silent as exc:
+                # A dead connection, or a server that sends no bookmarks (then this is
+                # every SILENCE_SECONDS, and no news): a new watch at once either way.
+                log.info("watch %s: %s; starting it again", self.resource, exc)
+                self._restarted(str(exc))
             except (KubeError, ValueError) as exc:
                 backoff = self._backoff(str(exc), backoff, stop)
 
@@ -241,7 +266,8 @@ class Reflector:
         self.stats.last_progress = time.monotonic()
         if stop.is_set():
             return resource_version
-        for event in self.kube.watch(self.path, query, self.watch_seconds):
+        length = int(self.watch_seconds * (1 + random.random()))
+        for event in self.kube.watch(self.path, query, length, self.silence):
             if stop.is_set():
                 break
             resource_version = self._apply(event, resource_version, stop)

@@ -55,7 +55,7 @@ from nodeagent.kube.client import (
     pods_path,
 )
 from nodeagent.kube.identity import RECREATE_OFF
-from nodeagent.kube.watch import Reflector, node_pods
+from nodeagent.kube.watch import STUCK_AFTER, Reflector, node_pods
 from nodeagent.kube.workqueue import WorkQueue
 from nodeagent.rejection.journal import Journal, Recreation
 from nodeagent.rejection.wipe import PodRef, WipeResult, wipe
@@ -144,7 +144,6 @@ REJECTED_PREFIX = "Pod was rejected: "  # kubelet.go rejectPod (older kubelets: 
 # itself is about to stop.
 NODE_SHUTDOWN = "NodeShutdown"
 
-WATCH_SECONDS = 60  # a blackholed watch is noticed within this plus the read timeout
 PROGRESS_INTERVAL = 1.0
 WORKERS = 4
 RETRY_START = 0.5
@@ -389,9 +388,8 @@ class RejectionController:
         may_recreate: bool = True,
         pods: Reflector | None = None,
     ) -> None:
-        """`pods`: a watch of this node's pods shared with others (the daemon's, made
-        with watch_seconds=WATCH_SECONDS), held running while the controller runs;
-        without it the controller keeps its own."""
+        """`pods`: a watch of this node's pods shared with others (the daemon's), held
+        running while the controller runs; without it the controller keeps its own."""
         self.kube = kube
         self.may_recreate = may_recreate  # False under an identity that may not create pods
         self.node_name = node_name
@@ -408,7 +406,6 @@ class RejectionController:
             else node_pods(
                 kube,
                 node_name,
-                watch_seconds=WATCH_SECONDS,
                 on_restart=lambda _why: metrics.WATCH_RESTARTS.labels("pods").inc(),
             )
         )
@@ -451,8 +448,7 @@ class RejectionController:
 
     def healthy(self) -> bool:
         """The watch is not stuck (listing, watching or retrying) and no worker hangs."""
-        stuck_after = self.reflector.watch_seconds + READ_TIMEOUT + 15
-        if not self.reflector.stats.progressed_within(stuck_after):
+        if not self.reflector.stats.progressed_within(STUCK_AFTER):
             return False
         # A work item makes a few bounded requests and at most one bounded wipe; one
         # busy for longer than this is stuck (a bug), and the watchdog should see it.
