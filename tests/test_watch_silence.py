@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
+from hack import kubeutil as ku
+from hack.agentproc import AgentProcess
 from nodeagent.kube.client import Kube, node_path
 from nodeagent.kube.watch import SILENCE_SECONDS, STUCK_AFTER
-from tests import kubeutil as ku
-from tests.agentproc import AgentProcess
 from tests.tcpproxy import Proxy
 
 TAINT = {"key": "nodeagent.io/evacuate", "effect": "NoSchedule"}
