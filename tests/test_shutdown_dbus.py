@@ -38,6 +38,7 @@ from nodeagent.fence.marker import CORDONED_BY
 from nodeagent.fence.reason import Reason
 from nodeagent.host.dbus import system_bus_address
 from nodeagent.host.kubeletshutdown import (
+    KubeletShutdownReport,
     check_outvoted,
     kubelet_inhibitor,
     outvoted_message,
@@ -861,6 +862,15 @@ def test_a_shorter_logind_delay_than_the_kubelet_asked_for_is_said(tmp_path: Pat
     assert check_outvoted(150.0, str(dropin)) is None
     assert check_outvoted(128.0, str(tmp_path / "absent.conf")) is None
     assert outvoted_message(30.0, 128.0) is None
+
+
+def test_a_kubelet_outvoted_is_said_once_per_change(caplog: pytest.LogCaptureFixture) -> None:
+    report = KubeletShutdownReport()
+    said = outvoted_message(150.0, 128.0)
+    for seen in (None, said, said, None, said):
+        report.observe_outvoted(seen)
+    warned = [r.getMessage() for r in caplog.records if "asked logind" in r.getMessage()]
+    assert warned == [said, said]
 
 
 def test_the_agent_says_when_the_kubelet_races_its_drain(

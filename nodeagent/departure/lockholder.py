@@ -131,6 +131,8 @@ class LogindLockHolder:
         except LogindUnavailableError as exc:
             log.warning("%s; cannot tell whether the kubelet's graceful shutdown is on", exc)
             return
+        if lock is None and self._inhibit_delay is not None:
+            self._kubelet.observe_outvoted(check_outvoted(self._inhibit_delay))
         if self._kubelet.observe(lock):
             note = None if lock is None else message_for_kubelet(lock)
             self.readiness.note(ReadyReason.KUBELET_GRACEFUL_SHUTDOWN, note)
@@ -147,9 +149,6 @@ class LogindLockHolder:
             return
         self._inhibit_delay = delay
         metrics.INHIBIT_DELAY.set(delay)
-        outvoted = check_outvoted(delay)
-        if outvoted:
-            log.warning("%s", outvoted)
         short = budget.inhibit_delay_short(self.drain_deadline, delay)
         metrics.INHIBIT_SHORT.set(1 if short else 0)
         message = None

@@ -88,6 +88,15 @@ class KubeletShutdownReport:
 
     seen: Inhibitor | None = None
     checked: bool = False
+    outvoted: str | None = None  # what was last said of a kubelet logind outvoted
+
+    def observe_outvoted(self, said: str | None) -> None:
+        """The kubelet's request against logind's delay (check_outvoted), said once: the
+        kubelet writes its drop-in when its shutdown manager starts, after the agent may
+        have looked, so this is looked at with every check of its lock."""
+        if said and said != self.outvoted:
+            log.warning("%s", said)
+        self.outvoted = said
 
     def observe(self, inhibitor: Inhibitor | None) -> bool:
         """Record the latest look; True when it differs from the previous one."""
