@@ -43,10 +43,14 @@ def unit(driver: str) -> str:
     return f"""[Unit]
 Description=CSI node plugin {driver} (Kubernetes' mock CSI driver)
 Before=kubelet.service
+# It exits when the kubelet refuses its registration (its Node not there yet): as many
+# restarts as that takes.
+StartLimitIntervalSec=0
 
 [Service]
 ExecStart={BINARY} -driver-name={driver} -endpoint={endpoint} -registration={registration}
 Restart=on-failure
+RestartSec=1
 
 [Install]
 WantedBy=multi-user.target

@@ -28,6 +28,7 @@ import (
 type registration struct {
 	registerapi.UnimplementedRegistrationServer
 	name, endpoint string
+	refused        chan string
 }
 
 func (r *registration) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
@@ -43,7 +44,13 @@ func (r *registration) NotifyRegistrationStatus(
 	_ context.Context, s *registerapi.RegistrationStatus,
 ) (*registerapi.RegistrationStatusResponse, error) {
 	if !s.PluginRegistered {
-		fmt.Fprintf(os.Stderr, "csi-mock: the kubelet refused the registration: %s\n", s.Error)
+		// As node-driver-registrar does: exit, so that the unit's restart registers again
+		// (the kubelet does not retry a refused plugin by itself, e.g. one that registered
+		// before its Node object existed).
+		select {
+		case r.refused <- s.Error:
+		default:
+		}
 	} else {
 		fmt.Fprintln(os.Stderr, "csi-mock: registered with the kubelet")
 	}
@@ -79,21 +86,26 @@ func run() error {
 		return err
 	}
 	defer d.Stop()
+	refused := make(chan string, 1)
 	if *reg != "" {
 		rl, err := listen(*reg)
 		if err != nil {
 			return err
 		}
 		srv := grpc.NewServer()
-		registerapi.RegisterRegistrationServer(srv, &registration{name: *name, endpoint: *endpoint})
+		registerapi.RegisterRegistrationServer(srv, &registration{name: *name, endpoint: *endpoint, refused: refused})
 		go func() { _ = srv.Serve(rl) }()
 		defer srv.Stop()
 	}
 	fmt.Fprintf(os.Stderr, "csi-mock: %s serving on %s\n", *name, *endpoint)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	<-sig
-	return nil
+	select {
+	case <-sig:
+		return nil
+	case why := <-refused:
+		return fmt.Errorf("the kubelet refused the registration: %s", why)
+	}
 }
 
 func main() {
