@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -75,6 +76,8 @@ class Drain:
     returncode: int
     said: str  # the drainer's first line of output: its summary, or why it failed
     cpu: float  # the process's CPU seconds, user and system
+    # nodeagent's own account of its time, phase by phase (its summary's "phases:" line)
+    phases: tuple[tuple[str, float], ...] = ()
 
     @property
     def seconds(self) -> float:
@@ -127,4 +130,29 @@ def run_drain(drainer: Drainer, node: str, namespace: str, who: Identity, kubect
         who.output.write_text(f"$ {' '.join(cmd)}\n{text}")
     said = next(iter(text.strip().splitlines()), "")
     cpu = usage.ru_utime + usage.ru_stime
-    return Drain(drainer, node, namespace, who.user, started, ended, proc.returncode, said, cpu)
+    return Drain(
+        drainer,
+        node,
+        namespace,
+        who.user,
+        started,
+        ended,
+        proc.returncode,
+        said,
+        cpu,
+        own_phases(text),
+    )
+
+
+_PHASES = re.compile(r"^\s*phases: (.*)$", re.MULTILINE)
+_PHASE = re.compile(r"(\S.*?) (\d+\.\d+)s$")
+
+
+def own_phases(output: str) -> tuple[tuple[str, float], ...]:
+    """The phases a drain's summary names ("phases: start-up 0.21s, list 0.03s, ..."):
+    nodeagent's (nodeagent/drain/phases.py); none for the others."""
+    line = _PHASES.search(output)
+    if not line:
+        return ()
+    found = (_PHASE.fullmatch(part.strip()) for part in line.group(1).split(","))
+    return tuple((m.group(1), float(m.group(2))) for m in found if m)
