@@ -14,10 +14,10 @@ import math
 import time
 from collections.abc import Callable, Collection, Sequence
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from nodeagent.config import Config
 from nodeagent.context import Context
-from nodeagent.departure.budget import Budget
 from nodeagent.drain import detach
 from nodeagent.drain.engine import Drain, DrainOptions, DrainOutcome, DrainResult
 from nodeagent.drain.phases import Phase
@@ -29,6 +29,10 @@ from nodeagent.kube.watch import Reflector
 from nodeagent.report import conditions, metrics
 from nodeagent.report.conditions import ConditionWriter
 from nodeagent.report.events import WARNING, EventRecorder
+
+if TYPE_CHECKING:
+    # Only the daemon hands a budget in; `nodeagent drain` keeps logind's modules unloaded.
+    from nodeagent.departure.budget import Budget
 
 log = logging.getLogger(__name__)
 
