@@ -9,6 +9,7 @@ only, so the bench also prints what each drain asked of the API, per evicted pod
 
     python bench/drain_bench.py                      # every scenario, starts its own cluster
     python bench/drain_bench.py --only a --only startup --skip-kubectl
+    python bench/drain_bench.py --only full --pods 240 --rounds 3   # a 240-pod node
 
 Many nodes at once is bench/fleet.py's: resident agents, as a fleet runs them.
 """
@@ -45,6 +46,12 @@ class Scenario:
     pdb_max_unavailable: int | None = None
 
 
+def full_node(pods: int) -> Scenario:
+    """The `full` scenario with `pods` on the node, its 2 DaemonSet pods included."""
+    name = f"full: {pods - 2} pods + 2 DaemonSet pods (node capacity {SIM_NODE_PODS})"
+    return Scenario("full", name, pods - 2, 2, {})
+
+
 SCENARIOS = (
     Scenario("a", "a: 100 pods + 2 DaemonSet pods, exit at once", 100, 2, {}),
     Scenario(
@@ -62,13 +69,7 @@ SCENARIOS = (
         {"sim.nodeagent.io/ready-delay": "1s"},
         pdb_max_unavailable=1,
     ),
-    Scenario(
-        "full",
-        f"full: {SIM_NODE_PODS - 2} pods + 2 DaemonSet pods (node capacity {SIM_NODE_PODS})",
-        SIM_NODE_PODS - 2,
-        2,
-        {},
-    ),
+    full_node(SIM_NODE_PODS),
 )
 
 
@@ -143,6 +144,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="drains per drainer and scenario, medians reported (kubectl runs once)",
     )
     parser.add_argument(
+        "--pods",
+        type=int,
+        default=SIM_NODE_PODS,
+        metavar="N",
+        help=f"pods on the node in the full scenario, its 2 DaemonSet pods included "
+        f"(default and most: the node's capacity, {SIM_NODE_PODS})",
+    )
+    parser.add_argument(
         "--keep",
         type=Path,
         metavar="DIR",
@@ -153,6 +162,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.keep.mkdir(parents=True, exist_ok=True)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if not 3 <= args.pods <= SIM_NODE_PODS:
+        parser.error(f"--pods must be between 3 and {SIM_NODE_PODS}")
     return args
 
 
@@ -176,7 +187,8 @@ def main() -> int:
     print(report.load_line("start"), flush=True)
     if "startup" in wanted:
         report.startup(print)
-    scenarios = [s for s in SCENARIOS if s.key in wanted]
+    chosen = [full_node(args.pods) if s.key == "full" else s for s in SCENARIOS]
+    scenarios = [s for s in chosen if s.key in wanted]
     if not scenarios:
         return 0
     done: list[Drain] = []

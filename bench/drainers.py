@@ -15,6 +15,7 @@ from enum import Enum
 from pathlib import Path
 
 from bench.audit import DRAINERS
+from hack.drainphases import own_phases
 from hack.localcluster.cluster import Cluster
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,6 +76,8 @@ class Drain:
     returncode: int
     said: str  # the drainer's first line of output: its summary, or why it failed
     cpu: float  # the process's CPU seconds, user and system
+    # nodeagent's own account of its time, phase by phase (its summary's "phases:" line)
+    phases: tuple[tuple[str, float], ...] = ()
 
     @property
     def seconds(self) -> float:
@@ -127,4 +130,15 @@ def run_drain(drainer: Drainer, node: str, namespace: str, who: Identity, kubect
         who.output.write_text(f"$ {' '.join(cmd)}\n{text}")
     said = next(iter(text.strip().splitlines()), "")
     cpu = usage.ru_utime + usage.ru_stime
-    return Drain(drainer, node, namespace, who.user, started, ended, proc.returncode, said, cpu)
+    return Drain(
+        drainer,
+        node,
+        namespace,
+        who.user,
+        started,
+        ended,
+        proc.returncode,
+        said,
+        cpu,
+        own_phases(text),
+    )

@@ -64,6 +64,7 @@ def scenario(name: str, drains: list[Drain], evicted: int, log: Path, out: Out) 
     logged = audit.read(log)
     ordered = [d for v in runs.values() for d in v]
     _phases([(_label(d, runs), d) for d in ordered], logged, out)
+    _own_phases(runs, took, out)
     _cost(runs, audit.by_user(logged), evicted, out)
 
 
@@ -91,6 +92,26 @@ def _phases(rows: list[tuple[str, Drain]], requests: list[audit.Request], out: O
             f"  {label:24} {p.to_first_request:10.2f} {p.to_first_eviction:12.2f} "
             f"{p.evicting:9.2f} {p.to_gone:11.2f} {p.gone_to_last_request:9.2f} {p.to_exit:8.2f}"
         )
+
+
+def _own_phases(runs: dict[Drainer, list[Drain]], took: dict[Drainer, float], out: Out) -> None:
+    """nodeagent's account of its own time (the phases its summary names), median and each
+    drain, beside its process's wall time and the floor's and kubectl's totals."""
+    drains = [d for d in runs.get(Drainer.NODEAGENT, []) if d.phases]
+    if not drains:
+        return
+    names = list(dict.fromkeys(name for d in drains for name, _ in d.phases))
+    out("  nodeagent's own phases (s; its summary's phases line: median, then each drain)")
+    for name in names:
+        each = [dict(d.phases).get(name, 0.0) for d in drains]
+        runs_text = " ".join(f"{v:5.2f}" for v in each) if len(each) > 1 else ""
+        out(f"    {name:22} {statistics.median(each):6.2f}   {runs_text}")
+    sums = [sum(v for _, v in d.phases) for d in drains]
+    out(f"    {'(sum of phases)':22} {statistics.median(sums):6.2f}")
+    out(
+        f"    {'(process, wall)':22} {statistics.median(d.seconds for d in drains):6.2f}   "
+        f"floor {_seconds(took.get(Drainer.FLOOR))}, kubectl {_seconds(took.get(Drainer.KUBECTL))}"
+    )
 
 
 def _cost(

@@ -172,14 +172,19 @@ def drain(reason: str, dry_run: bool, **params: Any) -> None:
         result = Drain(kube, cfg.node_name, options, events, progress).run()
     else:
         from nodeagent.departure.executor import cordon_then_drain
+        from nodeagent.drain.phases import Phase, process_age
 
         def detaching(volumes: Sequence[str]) -> None:
             if volumes:
                 progress(f"waiting for {len(volumes)} volume(s) to detach: {', '.join(volumes)}")
 
         drain = Drain(kube, cfg.node_name, options, events, progress)
+        started = process_age()  # up to the drain's first request
+        if started is not None:
+            drain.result.phases.add(Phase.STARTUP, started)
         result = cordon_then_drain(drain, detaching=detaching)
-    events.flush()
+        with result.phases.timed(Phase.EVENTS):
+            events.flush()
     from nodeagent.drain.summary import render
 
     click.echo(render(result))

@@ -12,11 +12,13 @@ from typing import Any
 import pytest
 
 from hack import kubeutil as ku
+from hack.drainphases import own_phases
 from hack.localcluster.kubelet_sim import TERMINATION_DELAY
 from nodeagent.context import Context
 from nodeagent.departure.executor import cordon_then_drain
 from nodeagent.drain.engine import Drain, DrainOptions, DrainOutcome, DrainResult, PodOutcome
 from nodeagent.drain.eviction import capped_grace
+from nodeagent.drain.phases import Phase
 from nodeagent.drain.summary import render
 from nodeagent.fence.marker import (
     BOOT_ID,
@@ -78,6 +80,8 @@ def test_drain_evicts_workloads_and_leaves_daemonsets(pair: Pair, admin_kubeconf
     assert "drained" in res.stdout
     assert "emptyDir data will be lost" in res.stdout
     assert "DaemonSet-managed: 1" in res.stdout
+    # Where the time went, every phase named once, in the order the drain went through them.
+    assert [name for name, _ in own_phases(res.stdout)] == [p.value for p in Phase]
     left = ku.running(ku.pods_on(kube, pair.a))
     assert [p["metadata"]["name"] for p in left] == [
         p["metadata"]["name"] for p in left if p["metadata"]["name"].startswith("logs-")

@@ -14,12 +14,13 @@ import math
 import time
 from collections.abc import Callable, Collection, Sequence
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from nodeagent.config import Config
 from nodeagent.context import Context
-from nodeagent.departure.budget import Budget
 from nodeagent.drain import detach
 from nodeagent.drain.engine import Drain, DrainOptions, DrainOutcome, DrainResult
+from nodeagent.drain.phases import Phase
 from nodeagent.fence import marker
 from nodeagent.fence.decision import Decision, Step
 from nodeagent.fence.reason import Reason
@@ -28,6 +29,10 @@ from nodeagent.kube.watch import Reflector
 from nodeagent.report import conditions, metrics
 from nodeagent.report.conditions import ConditionWriter
 from nodeagent.report.events import WARNING, EventRecorder
+
+if TYPE_CHECKING:
+    # Only the daemon hands a budget in; `nodeagent drain` keeps logind's modules unloaded.
+    from nodeagent.departure.budget import Budget
 
 log = logging.getLogger(__name__)
 
@@ -96,28 +101,33 @@ def cordon_then_drain(
     forbidden read fails before anything starts), and read again on a change.
     """
     decided = node is not None and "spec" in node
+    phases = drain.result.phases
     if node is None or not decided:  # not observed yet: nothing was decided on it
         until = ctx.deadline if ctx is not None else math.inf
-        node = marker.get_node(
-            drain.kube.bounded(until) if until < math.inf else drain.kube, drain.node_name
-        )
+        with phases.timed(Phase.NODE):
+            node = marker.get_node(
+                drain.kube.bounded(until) if until < math.inf else drain.kube, drain.node_name
+            )
     with drain.started(ctx) as kube:
         if drain.cancelled:
             return drain.evict(node, cordoned=False)
-        if decided:
-            fenced = _cordon_for_drain(drain, kube, node, keep)
-        else:
-            node, fenced = _cordon_read_again(drain, kube, node, keep)
+        with phases.timed(Phase.CORDON):
+            if decided:
+                fenced = _cordon_for_drain(drain, kube, node, keep)
+            else:
+                node, fenced = _cordon_read_again(drain, kube, node, keep)
         cordoned()
         before = drain.watched_pods()  # what the drain plans from: their volumes
         result = drain.evict(node, fenced is Fenced.CORDONED)
         if fenced is not Fenced.KEPT and result.outcome not in UNRECORDED:
-            try:
-                marker.record_result(kube, drain.node_name, result.outcome)
-            except KubeError as exc:
-                log.warning("could not record drain result: %s", exc)
+            with phases.timed(Phase.RESULT):
+                try:
+                    marker.record_result(kube, drain.node_name, result.outcome)
+                except KubeError as exc:
+                    log.warning("could not record drain result: %s", exc)
     if result.outcome not in UNRECORDED:
-        result.detach = wait_for_detach(drain, node, before, ctx, detaching)
+        with phases.timed(Phase.DETACH):
+            result.detach = wait_for_detach(drain, node, before, ctx, detaching)
     return result
 
 
@@ -267,6 +277,13 @@ class FenceExecutor:
             self.progress(reason, f"waiting for {len(volumes)} volume(s) to detach")
 
     def _record(self, reason: Reason, result: DrainResult, budget: Budget) -> None:
+        log.info(
+            "drain for %s: %s in %.2fs (%s)",
+            reason,
+            result.outcome,
+            result.seconds,
+            result.phases.render(),
+        )
         metrics.DRAINS.labels(reason, result.outcome).inc()
         metrics.DRAIN_SECONDS.observe(result.seconds)
         if result.outcome is DrainOutcome.CANCELLED:

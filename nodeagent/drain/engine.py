@@ -32,6 +32,7 @@ from nodeagent.drain import podfilter
 from nodeagent.drain.detach import DetachResult
 from nodeagent.drain.eviction import Eviction, Evictor, outcome_of, wait_watch
 from nodeagent.drain.eviction import PodOutcome as PodOutcome
+from nodeagent.drain.phases import Phase, Phases
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, api_time, pods_path
 from nodeagent.kube.watch import Reflector, node_pods
 from nodeagent.report import metrics
@@ -103,6 +104,7 @@ class DrainResult:
     warnings: list[PodOutcome] = field(default_factory=list)
     # The wait, after the drain, for the drained pods' volumes to detach (drain/detach.py).
     detach: DetachResult | None = None
+    phases: Phases = field(default_factory=Phases)  # where its time went
 
     @property
     def exit_code(self) -> ExitCode:
@@ -222,7 +224,8 @@ class Drain:
             try:
                 with watching:
                     if not self.opts.dry_run:
-                        self._wait_synced()
+                        with self.result.phases.timed(Phase.LIST):
+                            self._wait_synced()
                     yield self.kube
             finally:
                 self._work.cancel()
@@ -264,9 +267,19 @@ class Drain:
         # its cordon): a pod bound before the cordon is in the plan unless its watch event
         # is still in flight (milliseconds; kubectl's fresh list has no such lag, and
         # neither closes the race with a binding the scheduler made before the cordon).
+        planned = time.monotonic()
         evictions = self._evict_tiers(self._plan(self._pods.snapshot()))
         self._finish(node, evictions)
+        self._time_evictions(planned, evictions)
         return self.result
+
+    def _time_evictions(self, planned: float, evictions: list[Eviction]) -> None:
+        """The evictions' phase ends with the last one accepted, the wait's with the drain."""
+        end = time.monotonic()
+        accepted = [e.outcome.evicted_at for e in evictions if e.outcome.evicted_at is not None]
+        last = max(accepted, default=end)
+        self.result.phases.add(Phase.EVICT, last - planned)
+        self.result.phases.add(Phase.GONE, end - last)
 
     def _wake(self) -> None:
         """Whatever waits on the pod watch re-checks: the work is over."""

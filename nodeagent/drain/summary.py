@@ -31,6 +31,8 @@ def render(result: DrainResult) -> str:
             f" skipped {len(result.skipped)},"
             f" blocked {len(result.blocked)}, forced {len(result.forced)})"
         ]
+    if result.phases.seconds:
+        lines.append(f"  phases: {result.phases.render()}")
     if result.skipped:
         lines.append(f"  skipped: {_by_reason(result.skipped)}")
     if result.detach is not None and not result.detach.skipped:
