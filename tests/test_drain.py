@@ -346,42 +346,44 @@ def test_pods_the_kubelets_shutdown_stops_are_deleted_past_their_pdb(pair: Pair)
     """With the kubelet's graceful shutdown killing the node's ordinary pods (logind
     announced it while the kubelet held its lock), a budget that counts them healthy
     refuses their eviction until the kubelet reports them gone, and they stay ready
-    endpoints meanwhile: the drain deletes them at once, says so pod by pod, and deletes
-    the critical pod the kubelet stops last only after them."""
+    endpoints meanwhile: the drain deletes them at once and says so pod by pod. A pod its
+    budget lets go is evicted, as ever; the critical pod the kubelet stops last goes only
+    after the others."""
     kube = pair.kube
     ku.deployment(kube, pair.ns, "quorum", pair.group, 2)
     ku.pdb(kube, pair.ns, "quorum-pdb", {"app": "quorum"}, minAvailable=2)
+    ku.deployment(kube, pair.ns, "web", pair.group, 1)
     dns = f"{pair.group}-dns"
     ku.bare_pod(kube, "kube-system", dns, pair.a, priorityClassName="system-cluster-critical")
-    ku.wait_running(kube, pair.a, 3)
+    ku.wait_running(kube, pair.a, 4)
     ku.wait_pdb_ready(kube, pair.ns, "quorum-pdb")
-    quorum = sorted(
-        p["metadata"]["name"]
-        for p in ku.pods_on(kube, pair.a)
-        if p["metadata"]["namespace"] == pair.ns
-    )
+    names = {
+        p["metadata"]["name"]: p["metadata"].get("labels", {}) for p in ku.pods_on(kube, pair.a)
+    }
+    quorum = sorted(n for n, labels in names.items() if labels.get("app") == "quorum")
+    (web,) = [n for n, labels in names.items() if labels.get("app") == "web"]
     counted = evictions("kubelet-shutdown")
 
     result = pair.drain(deadline=30, kubelet_kills=True)
 
     assert result.outcome is DrainOutcome.DRAINED, render(result)
-    # The critical pod, which the kubelet stops once the rest has stopped, goes then.
-    assert sorted(p.name for p in result.deleted_for_kubelet) == sorted([*quorum, dns])
-    assert result.evicted == []
-    by_name = {p.name: p.evicted_at or 0 for p in result.deleted_for_kubelet}
-    assert by_name[dns] > max(by_name[name] for name in quorum)
-    assert evictions("kubelet-shutdown") - counted == 3
+    assert sorted(p.name for p in result.deleted_for_kubelet) == quorum
+    assert sorted(p.name for p in result.evicted) == sorted([web, dns])
+    went = {p.name: p.evicted_at or 0 for p in result.deleted_for_kubelet + result.evicted}
+    assert went[dns] > max(went[name] for name in [*quorum, web])
+    assert evictions("kubelet-shutdown") - counted == 2
     text = render(result)
-    assert "deleted for the kubelet's shutdown 3," in text
+    assert "deleted for the kubelet's shutdown 2," in text
+    pdb = f"{pair.ns}/quorum-pdb"
     for name in quorum:
         assert (
-            f"PDB not consulted (the kubelet's graceful shutdown was stopping it): {pair.ns}/{name}"
-            in text
-        )
+            "deleted past its PDB (the kubelet's graceful shutdown was stopping it): "
+            f"{pair.ns}/{name} (eviction refused: PDB {pdb})"
+        ) in text
     query = {"fieldSelector": "reason=DeletedForKubeletShutdown,source=nodeagent"}
     events = kube.request("GET", f"/api/v1/namespaces/{pair.ns}/events", query=query)["items"]
     assert sorted(e["involvedObject"]["name"] for e in events) == quorum
-    assert all("without consulting its PodDisruptionBudget" in e["message"] for e in events)
+    assert all(f"its eviction refused (PDB {pdb})" in e["message"] for e in events)
 
 
 def test_uncordon_undoes_only_the_agents_cordon(pair: Pair, admin_kubeconfig: str) -> None:

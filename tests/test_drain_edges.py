@@ -536,6 +536,6 @@ def test_the_condition_names_each_pod_deleted_past_its_pdb() -> None:
     cond = outcome_condition("poweroff", result)
     assert (cond.status, cond.reason) == ("True", "Drained")
     assert cond.message == (
-        "Drained for poweroff in 4.0s; 2 pod(s) deleted without their PDBs, the kubelet's "
+        "Drained for poweroff in 4.0s; 2 pod(s) deleted past their PDBs, the kubelet's "
         "graceful shutdown stopping them: ns/a, ns/b"
     )

@@ -93,7 +93,7 @@ def test_at_a_poweroff_the_pods_the_kubelet_stops_leave_past_their_pdb(
     machine: tuple[Machine, str, int], kube: Kube
 ) -> None:
     """logind announces a poweroff while the kubelet holds its lock: the pods the kubelet
-    kills at once are deleted without their PDB (which counts them healthy), each with an
+    kills at once are deleted past their PDB (which counts them healthy), each with an
     Event, and the drain ends drained instead of waiting out the deadline."""
     m, name, _port = machine
     ns = ku.namespace(kube, name)

@@ -895,9 +895,12 @@ def test_the_agent_says_when_the_kubelet_races_its_drain(
         shown = ku.run_agent("status", "--kubeconfig", admin_kubeconfig, "--node", node)
         assert shown.returncode == 0, shown.stderr
         assert "PDBs are not guaranteed" in shown.stdout
-        # The agent still drains: it deletes the pod the kubelet is killing, at once, so
-        # that it leaves its Services, and says so on the pod.
+        # The agent still drains: the pod the kubelet is killing, whose budget refuses its
+        # eviction, is deleted at once, so that it leaves its Services, and says so.
         (pod,) = ku.pods_on(kube, node)
+        ns = pod["metadata"]["namespace"]
+        ku.pdb(kube, ns, "web", {"app": "web"}, minAvailable=1)
+        ku.wait_pdb_ready(kube, ns, "web")
         emit_prepare(logind, True, "poweroff")
         ku.wait_until(lambda: drained(kube, node), 20, "drained")
         assert "the kubelet's graceful shutdown is stopping it" in agent.output()

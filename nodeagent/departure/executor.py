@@ -295,10 +295,10 @@ class FenceExecutor:
 
 
 def kubelet_deletes_note(result: DrainResult) -> str:
-    """The pods deleted without their PDBs, by name (a condition says who, not how many)."""
+    """The pods deleted past their PDBs, by name (a condition says who, not how many)."""
     pods = ", ".join(p.ref for p in result.deleted_for_kubelet)
     return (
-        f"{len(result.deleted_for_kubelet)} pod(s) deleted without their PDBs, the kubelet's "
+        f"{len(result.deleted_for_kubelet)} pod(s) deleted past their PDBs, the kubelet's "
         f"graceful shutdown stopping them: {pods}"
     )
 

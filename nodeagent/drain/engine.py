@@ -96,7 +96,7 @@ class DrainResult:
     seconds: float = 0.0
     cordoned: bool = False  # the caller's cordon wrote it (not a person's, not kept)
     evicted: list[PodOutcome] = field(default_factory=list)
-    # Deleted without their PDBs, each: the kubelet's graceful shutdown was stopping them.
+    # Deleted past their PDBs, each: the kubelet's graceful shutdown was stopping them.
     deleted_for_kubelet: list[PodOutcome] = field(default_factory=list)
     skipped: list[PodOutcome] = field(default_factory=list)
     blocked: list[PodOutcome] = field(default_factory=list)  # every pod left, and why

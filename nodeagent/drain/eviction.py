@@ -53,7 +53,7 @@ class PodOutcome:
     # (its own grace, the grace it was given) when its eviction cut its grace to the time
     # the node has left; None when it kept its own.
     grace_cut: tuple[int, int] | None = None
-    # Deleted instead of evicted, its PDB not consulted: the kubelet's graceful node
+    # Deleted after its eviction was refused: the kubelet's graceful node
     # shutdown was already stopping it (Evictor.delete_for_kubelet_shutdown).
     kubelet_shutdown: bool = False
 
@@ -177,18 +177,19 @@ class Evictor:
             ev.outcome.note(f"internal error: {type(exc).__name__}: {exc}")
 
     def delete_for_kubelet_shutdown(self, ev: Eviction) -> None:
-        """Delete a pod the kubelet's graceful node shutdown is already stopping, without
-        asking its PodDisruptionBudget, which still counts it healthy and would refuse its
-        eviction until the kubelet reports it gone.
+        """Take out at once a pod the kubelet's graceful node shutdown is already stopping.
 
         The kubelet's kill changes nothing in the API while the containers stop, so the pod
-        stays a ready endpoint of its Services. The delete sets its deletionTimestamp, which
-        turns the endpoint terminating at once: the Services stop sending it new requests
-        while its preStop hook runs, as an eviction would have. It does not change the kill
-        under way (the kubelet keeps the shorter of two grace periods). A delete that fails
-        for any other reason than the pod being gone falls back to the eviction."""
+        stays a ready endpoint of its Services, and its PodDisruptionBudget still counts it
+        healthy and refuses its eviction. One eviction is tried: where the budget allows
+        it, the pod leaves as any evicted pod does (with the DisruptionTarget condition a
+        Job's pod failure policy reads). Refused, the pod is deleted past its budget: the
+        delete sets its deletionTimestamp, which turns its endpoint terminating at once, so
+        the Services stop sending it requests while its preStop hook runs. Neither changes
+        the kill under way (the kubelet keeps the shorter of two grace periods). A delete
+        that fails for another reason than the pod being gone falls back to evicting."""
         try:
-            if self._delete_for_kubelet_shutdown(ev):
+            if self._evicted_at_once(ev) or self._deleted_past_budget(ev):
                 return
             self._evict_until_accepted(ev)
         except KubeError as exc:
@@ -198,8 +199,33 @@ class Evictor:
             log.exception("delete of %s failed", ev.outcome.ref)
             ev.outcome.note(f"internal error: {type(exc).__name__}: {exc}")
 
-    def _delete_for_kubelet_shutdown(self, ev: Eviction) -> bool:
-        """True when done with the pod (deleted, or gone already)."""
+    def _evicted_at_once(self, ev: Eviction) -> bool:
+        """One eviction, no retry; True when done with the pod (evicted, gone, or leaving
+        already: a delete could only cut the grace it has)."""
+        sent = self.pods.objects.get(ev.outcome.uid) or ev.pod
+        if sent["metadata"].get("deletionTimestamp"):
+            self._accepted(ev)
+            return True
+        grace = self._grace_for(sent)
+        try:
+            self._post_eviction(sent, grace)
+        except ApiError as exc:
+            if exc.status in (401, 403):
+                raise DrainAborted(f"eviction of {ev.outcome.ref} forbidden: {exc}") from None
+            if exc.status == 404:
+                return True
+            pdb = pdb_name(exc) if exc.status == 429 else None
+            ev.outcome.note(f"PDB {ev.outcome.namespace}/{pdb}" if pdb else exc.message)
+            return False
+        except Unreachable as exc:
+            ev.outcome.note(str(exc))
+            return False
+        self._evicted(ev, sent, grace)
+        return True
+
+    def _deleted_past_budget(self, ev: Eviction) -> bool:
+        """The delete after a refused eviction; True when done with the pod."""
+        refused = ev.outcome.detail
         sent = self.pods.objects.get(ev.outcome.uid) or ev.pod
         grace = self._grace_for(sent)
         options: JSON = {"preconditions": {"uid": ev.outcome.uid}}
@@ -219,17 +245,18 @@ class Evictor:
             return False
         self._accepted(ev)
         ev.outcome.kubelet_shutdown = True
+        ev.outcome.note(f"eviction refused: {refused}")
         metrics.EVICTIONS.labels("kubelet-shutdown").inc()
         self.progress(
-            f"deleted {ev.outcome.ref}: the kubelet's graceful shutdown is stopping it "
-            "(its PodDisruptionBudget not consulted)"
+            f"deleted {ev.outcome.ref}, its eviction refused ({refused}): the kubelet's "
+            "graceful shutdown is stopping it"
         )
         self.pod_event(
             ev,
             "DeletedForKubeletShutdown",
-            f"Deleted by nodeagent ({self.reason}) without consulting its "
-            "PodDisruptionBudget: the kubelet's graceful node shutdown is already stopping "
-            "it, and the delete takes it out of its Services while its preStop hook runs",
+            f"Deleted by nodeagent ({self.reason}), its eviction refused ({refused}): the "
+            "kubelet's graceful node shutdown is already stopping it, and the delete takes "
+            "it out of its Services while its preStop hook runs",
             WARNING,
         )
         return True

@@ -43,7 +43,7 @@ def render(result: DrainResult) -> str:
         if p.grace_cut
     ]
     lines += _lines(
-        "deleted, PDB not consulted (the kubelet's graceful shutdown was stopping it)",
+        "deleted past its PDB (the kubelet's graceful shutdown was stopping it)",
         result.deleted_for_kubelet,
     )
     lines += _lines("warning", result.warnings)

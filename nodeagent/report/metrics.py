@@ -300,7 +300,7 @@ DETACH_SECONDS = Metric(
 )
 # result: accepted (the API server took the eviction), blocked (a pod's first refusal in
 # a drain), forced (deleted after the deadline), granted (an earlier grant finished),
-# kubelet-shutdown (deleted without its PDB: the kubelet's graceful shutdown was stopping it).
+# kubelet-shutdown (deleted past its PDB: the kubelet's graceful shutdown was stopping it).
 EVICTIONS = Metric(Kind.COUNTER, "nodeagent_evictions", "Eviction outcomes", ("result",))
 EVENTS_DROPPED = Metric(
     Kind.COUNTER,
