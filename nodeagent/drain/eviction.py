@@ -167,8 +167,12 @@ class Evictor:
                 self._pdbs.changed.notify_all()
 
     def evict(self, ev: Eviction) -> None:
+        self._guarded(ev, self._evict_until_accepted)
+
+    def _guarded(self, ev: Eviction, work: Callable[[Eviction], object]) -> None:
+        """A pool worker's body: a fatal answer stops the drain, and nothing else is lost."""
         try:
-            self._evict_until_accepted(ev)
+            work(ev)
         except KubeError as exc:
             self.fatal = exc
             self.work.cancel()
@@ -188,16 +192,11 @@ class Evictor:
         the Services stop sending it requests while its preStop hook runs. Neither changes
         the kill under way (the kubelet keeps the shorter of two grace periods). A delete
         that fails for another reason than the pod being gone falls back to evicting."""
-        try:
-            if self._evicted_at_once(ev) or self._deleted_past_budget(ev):
-                return
+        self._guarded(ev, self._take_out_at_once)
+
+    def _take_out_at_once(self, ev: Eviction) -> None:
+        if not (self._evicted_at_once(ev) or self._deleted_past_budget(ev)):
             self._evict_until_accepted(ev)
-        except KubeError as exc:
-            self.fatal = exc
-            self.work.cancel()
-        except Exception as exc:  # a worker must never die silently
-            log.exception("delete of %s failed", ev.outcome.ref)
-            ev.outcome.note(f"internal error: {type(exc).__name__}: {exc}")
 
     def _evicted_at_once(self, ev: Eviction) -> bool:
         """One eviction, no retry; True when done with the pod (evicted, gone, or leaving
