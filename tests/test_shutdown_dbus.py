@@ -44,6 +44,7 @@ from nodeagent.host.kubeletshutdown import (
     outvoted_message,
     requested_delay,
 )
+from nodeagent.host.kubeletshutdown import next_check as kubelet_check_after
 from nodeagent.host.logind import (
     LOGIND_IFACE,
     LOGIND_NAME,
@@ -862,6 +863,21 @@ def test_a_shorter_logind_delay_than_the_kubelet_asked_for_is_said(tmp_path: Pat
     assert check_outvoted(150.0, str(dropin)) is None
     assert check_outvoted(128.0, str(tmp_path / "absent.conf")) is None
     assert outvoted_message(30.0, 128.0) is None
+
+
+@pytest.mark.parametrize(
+    ("since_start", "seen", "after"),
+    [
+        (0.0, False, 1.0),  # at start: every second until the kubelet's lock is seen
+        (119.0, False, 1.0),
+        (121.0, False, 30.0),  # the kubelet had its time: as usual from then on
+        (5.0, True, 30.0),  # seen: nothing to hurry for
+    ],
+)
+def test_the_kubelets_lock_is_looked_for_often_only_after_start(
+    since_start: float, seen: bool, after: float
+) -> None:
+    assert kubelet_check_after(1000.0 + since_start, 1000.0, seen) == 1000.0 + since_start + after
 
 
 def test_a_kubelet_outvoted_is_said_once_per_change(caplog: pytest.LogCaptureFixture) -> None:

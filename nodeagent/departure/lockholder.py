@@ -21,12 +21,12 @@ from nodeagent.departure import budget
 from nodeagent.departure.budget import Budget
 from nodeagent.fence.reason import Reason
 from nodeagent.host.kubeletshutdown import (
-    CHECK_INTERVAL,
     KubeletShutdownReport,
     check_outvoted,
     kubelet_inhibitor,
 )
 from nodeagent.host.kubeletshutdown import message as message_for_kubelet
+from nodeagent.host.kubeletshutdown import next_check as kubelet_check_after
 from nodeagent.host.logindconf import LOGIND_MARGIN
 from nodeagent.kube.client import KubeError
 from nodeagent.report import metrics
@@ -77,12 +77,13 @@ class LogindLockHolder:
         with self._lock:
             self._inhibitor = inhibitor  # before start(): a pending shutdown is reported there
         inhibitor.start()
-        next_check = time.monotonic()
+        started = next_check = time.monotonic()
         try:
             while True:
                 if time.monotonic() >= next_check:
                     self._check_kubelet_lock(inhibitor)
-                    next_check = time.monotonic() + CHECK_INTERVAL
+                    seen = self._kubelet.seen is not None
+                    next_check = kubelet_check_after(time.monotonic(), started, seen)
                 if ctx.wait(1.0):
                     return
                 if lost.is_set():
