@@ -29,6 +29,7 @@ from hack.localcluster.kubeapi import ApiError
 from hack.localcluster.procs import free_ports
 from hack.realnode import NodeOptions, RealNode, stateful
 from hack.realnode import csi as realcsi
+from hack.realnode.config import CgroupDriver
 from hack.realnode.images import TEST_IMAGE
 from hack.realnode.paths import REPO
 from hack.realnode.traffic import ClientError, ClientNet
@@ -67,6 +68,9 @@ class Kind(Enum):
     STOP = "stop"  # systemctl stop nodeagent, then maintenance of the node's runtime
     # A poweroff with the agent in its DaemonSet form (bench/agent_daemonset.py).
     DAEMONSET_POWEROFF = "daemonset-poweroff"
+    # `systemctl start poweroff.target`: the job queued without logind, so no
+    # PrepareForShutdown and no delay lock; the agent hears only its SIGTERM.
+    POWEROFF_TARGET = "poweroff-target"
 
 
 # The sigterm-ignoring kind's pod: PID 1 without a handler, a grace far past any deadline.
@@ -99,12 +103,13 @@ class Config:
     agent: bool
     gns: GracefulShutdown | None = None
 
-    def node_options(self, group: str) -> NodeOptions:
+    def node_options(self, group: str, driver: CgroupDriver = "cgroupfs") -> NodeOptions:
         gns = self.gns or GracefulShutdown(0, 0)
         return NodeOptions(
             labels={GROUP_LABEL: group},
             shutdown_grace=gns.seconds,
             shutdown_grace_critical=gns.critical_seconds,
+            cgroup_driver=driver,
         )
 
 
@@ -234,6 +239,7 @@ class Departure:
     stateful_deleted: float | None = None
     stateful_ready: float | None = None
     multi_attach_events: int | None = None
+    cgroup_driver: CgroupDriver = "cgroupfs"
 
 
 @dataclass
@@ -253,6 +259,7 @@ class Scene:
     csi_dir: Path | None = None  # with storage: a StatefulSet on the real CSI attach path
     volume: str = "1"  # the mock driver's volume it uses
     daemonset: bool = False  # the agent runs as the chart's DaemonSet, not from its .deb
+    cgroup_driver: CgroupDriver = "cgroupfs"  # the nodes' kubelet and containerd
     # The chart's cluster-scoped objects, deleted on exit (its namespace goes with it).
     rbac: list[dict[str, Any]] = field(default_factory=list)
 
@@ -277,6 +284,7 @@ class Scene:
         csi_dir: Path | None = None,
         volume: str = "1",
         daemonset: bool = False,
+        cgroup_driver: CgroupDriver = "cgroupfs",
     ) -> Iterator[Scene]:
         """Nodes, workload and client, all Ready; everything stopped and checked on exit.
         Without `dnd`, no do-not-disrupt pod (whose ceiling makes the departure 60 s longer).
@@ -285,7 +293,8 @@ class Scene:
         replica holds a ReadWriteOnce volume on the leaving node: the mock driver's
         `volume` ("1" to "3"; the attach/detach controller keeps one attached to a node
         that powered off for minutes, so consecutive scenes take turns). With `daemonset`,
-        an agent config runs the agent as the chart's DaemonSet."""
+        an agent config runs the agent as the chart's DaemonSet. `cgroup_driver` is the
+        nodes' (hack/realnode NodeOptions)."""
         nodes: list[RealNode] = []
         client: ClientNet | None = None
         daemonset = daemonset and config.agent
@@ -295,7 +304,7 @@ class Scene:
             for suffix in ("a", "b"):
                 name = f"{group}-{suffix}"
                 binds = realcsi.binds(csi_dir) if csi_dir else []
-                opts = config.node_options(group)
+                opts = config.node_options(group, cgroup_driver)
                 node = RealNode.create(cluster, name, workdir / name, opts, binds)
                 nodes.append(node)
                 if csi_dir:
@@ -310,6 +319,7 @@ class Scene:
             scene = cls(
                 cluster, workdir, group, config, nodes[0], nodes[1], client, dnd=dnd,
                 csi_dir=csi_dir, volume=volume, daemonset=daemonset, rbac=rbac,
+                cgroup_driver=cgroup_driver,
             )  # fmt: skip
             scene._deploy()
             yield scene
@@ -542,6 +552,7 @@ class Scene:
             stateful_deleted=deleted,
             stateful_ready=ready,
             multi_attach_events=multi,
+            cgroup_driver=self.cgroup_driver,
         )
 
     def _departing(self, kind: Kind) -> list[RealNode]:
@@ -575,6 +586,10 @@ class Scene:
         if kind is Kind.STOP:
             return self._maintain()
         node = self.leaving
+        if kind is Kind.POWEROFF_TARGET:
+            node.run("systemctl", "start", "--no-block", "poweroff.target")
+            node.wait_exit(DEPARTURE_CAP_S)
+            return time.time()
         if kind is Kind.EVACUATE:
             taint = {"key": EVACUATE_TAINT, "effect": "NoSchedule"}
             self.cluster.kube.patch(f"/api/v1/nodes/{node.name}", {"spec": {"taints": [taint]}})
