@@ -588,7 +588,7 @@ class Scene:
         node = self.leaving
         if kind is Kind.POWEROFF_TARGET:
             node.run("systemctl", "start", "--no-block", "poweroff.target")
-            node.wait_exit(DEPARTURE_CAP_S)
+            self._wait_off(node, notes)
             return time.time()
         if kind is Kind.EVACUATE:
             taint = {"key": EVACUATE_TAINT, "effect": "NoSchedule"}
@@ -603,6 +603,25 @@ class Scene:
         node.run("systemctl", "poweroff", "--no-block")
         node.wait_exit(DEPARTURE_CAP_S)
         return time.time()
+
+    def _wait_off(self, node: RealNode, notes: list[str]) -> None:
+        """Until the node is off; one still up after DEPARTURE_CAP_S is noted with what
+        its systemd still has queued, then killed. (A shutdown queued without logind is no
+        irreversible job: a unit started meanwhile that conflicts with shutdown.target, a
+        pod slice the kubelet makes again, can cancel it.)"""
+        try:
+            node.wait_exit(DEPARTURE_CAP_S)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+        states = node.run("systemctl", "is-active", "poweroff.target", "shutdown.target").stdout
+        jobs = node.run("systemctl", "list-jobs", "--no-legend", "--no-pager").stdout
+        queued = "; ".join(" ".join(line.split()[1:3]) for line in jobs.splitlines()) or "none"
+        notes.append(
+            f"still up {DEPARTURE_CAP_S:.0f}s after the shutdown began (poweroff.target, "
+            f"shutdown.target: {' '.join(states.split())}; jobs queued: {queued}): killed"
+        )
+        node.kill()
 
     def _reboot(self, nodes: list[RealNode]) -> float:
         """Reboot `nodes` one after another, as an OS-update wave does (kured): the next
