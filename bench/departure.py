@@ -1,6 +1,7 @@
 """Departure benchmark: requests lost while a node leaves, on real nodes under real traffic.
 
     python bench/departure.py [--only KIND,...] [--configs CONFIG,...] [--json FILE]
+                              [--cgroup-driver {cgroupfs,systemd}]
 
 Each cell boots two real nodes (hack/realnode) with a configuration, spreads the service
 (hack/workload) over them behind a ClusterIP Service, sends ~50 requests/s through a real
@@ -16,12 +17,23 @@ poweroff while a pod that ignores SIGTERM, with a 300 s grace, runs on the node)
 for 10 s and started again, as an upgrade of the runtime does), daemonset-poweroff (a
 poweroff with the agent in its DaemonSet form: the image of hack/build-image imported into
 each node's containerd, the Helm chart rendered for the kubelet identity with the chart's
-defaults otherwise, bench/agent_daemonset.py; without an agent the same as poweroff).
+defaults otherwise, bench/agent_daemonset.py; without an agent the same as poweroff),
+poweroff-target (`systemctl start poweroff.target` on the node: the shutdown is queued
+without logind, so there is no PrepareForShutdown and no delay lock to hold it; the agent
+hears its SIGTERM with the poweroff.target job queued and drains on that path, while every
+unit that conflicts with shutdown.target is stopped at the same time).
 configs: none (no agent, the kubelet's graceful shutdown off), nodeagent (the agent from its
 .deb, README defaults, or as the DaemonSet for daemonset-poweroff); the kubelet's graceful
 shutdown as managed platforms turn it on, gns (kOps: 30 s, 10 s of it for critical pods),
 gns-gke (30 s, 15 s) and gns-eks (EKS on Amazon Linux 2023: 150 s, 30 s), each alone and
 beside the agent as nodeagent+gns, nodeagent+gns-gke, nodeagent+gns-eks.
+
+--cgroup-driver (default cgroupfs) is the nodes' kubelet's and containerd's: with cgroupfs
+the pods' cgroups are the kubelet's and runc's own, outside systemd's units, and die in the
+final kill sweep of the shutdown; with systemd (kubeadm, EKS AL2023, AKS, Flatcar, kOps,
+k3s) they are transient slices and scopes of the node's systemd (kubepods-*.slice), which
+conflict with shutdown.target: systemd stops them itself as soon as a shutdown starts, in
+parallel with the kubelet and the agent. Each cell names it (cgroup_driver).
 
 With storage (the default; --no-storage leaves it out), each node runs the mock CSI driver's
 node plugin and the cell's StatefulSet of one replica holds a ReadWriteOnce volume on the
@@ -49,9 +61,10 @@ from bench.departure_scene import CONFIGS, Kind, Scene
 from hack.localcluster.cluster import Cluster, ClusterError
 from hack.realnode import csi as realcsi
 from hack.realnode import stateful
+from hack.realnode.config import CGROUP_DRIVERS, CgroupDriver
 
 KINDS = ("poweroff", "evacuate", "reboot", "stop", "rolling-reboot", "sigterm-ignoring",
-         "daemonset-poweroff")  # fmt: skip
+         "daemonset-poweroff", "poweroff-target")  # fmt: skip
 IMPLEMENTED = {k.value: k for k in Kind}
 COLUMNS = ("kind", "config", "sent", "failed", "long_cut", "longest_failure_s", "p50_ms",
            "p99_ms", "release_s", "off_s", "routed_to_departed_until_s", "stateful_ready_s",
@@ -73,6 +86,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--configs", default=",".join(CONFIGS), help="configs, comma-separated")
     parser.add_argument("--json", type=Path, help="write the cells here")
     parser.add_argument(
+        "--cgroup-driver",
+        choices=CGROUP_DRIVERS,
+        default="cgroupfs",
+        help="the nodes' kubelet and containerd cgroup driver (default cgroupfs)",
+    )
+    parser.add_argument(
         "--no-storage",
         dest="storage",
         action="store_false",
@@ -86,7 +105,13 @@ def _row(cell: dict[str, Any]) -> str:
 
 
 def run_cell(
-    cluster: Cluster, root: Path, kind: str, config: str, csi_dir: Path | None, volume: str
+    cluster: Cluster,
+    root: Path,
+    kind: str,
+    config: str,
+    csi_dir: Path | None,
+    volume: str,
+    driver: CgroupDriver = "cgroupfs",
 ) -> dict[str, Any]:
     group = f"dep-{secrets.token_hex(2)}"
     if csi_dir is not None:
@@ -95,7 +120,7 @@ def run_cell(
         cluster.start_attacher(csi_dir, stateful.DRIVER)
     daemonset = kind == Kind.DAEMONSET_POWEROFF.value
     up = Scene.up(cluster, root / group, group, CONFIGS[config], csi_dir=csi_dir, volume=volume,
-                  daemonset=daemonset)  # fmt: skip
+                  daemonset=daemonset, cgroup_driver=driver)  # fmt: skip
     with up as scene:
         departure = scene.depart(IMPLEMENTED[kind])
     if daemonset and not CONFIGS[config].agent:
@@ -130,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             for config in configs:
                 started = time.monotonic()
                 volume = str(len(cells) % 3 + 1)  # the mock driver's three, in turn
-                cell = run_cell(cluster, root, kind, config, csi_dir, volume)
+                cell = run_cell(cluster, root, kind, config, csi_dir, volume, args.cgroup_driver)
                 cell["cell_s"] = round(time.monotonic() - started, 1)
                 cells.append(cell)
                 print(_row(cell), flush=True)

@@ -42,6 +42,7 @@ def summarize(departure: Any) -> dict[str, Any]:
     cell: dict[str, Any] = {
         "kind": departure.kind,
         "config": departure.config,
+        "cgroup_driver": departure.cgroup_driver,
         "sent": len(steady),
         "failed": len(failed),
         "failed_pct": round(100.0 * len(failed) / len(steady), 2) if steady else None,

@@ -29,8 +29,9 @@ from hack.localcluster.cluster import Cluster
 from hack.localcluster.kubeapi import ApiError
 from hack.localcluster.procs import free_ports
 from hack.nspawn import realtime
-from hack.realnode import NodeOptions, RealNode, stateful
+from hack.realnode import NodeError, NodeOptions, RealNode, stateful
 from hack.realnode import csi as realcsi
+from hack.realnode.config import CgroupDriver
 from hack.realnode.images import TEST_IMAGE
 from hack.realnode.paths import REPO
 from hack.realnode.traffic import ClientError, ClientNet
@@ -68,6 +69,9 @@ class Kind(Enum):
     STOP = "stop"  # systemctl stop nodeagent, then maintenance of the node's runtime
     # A poweroff with the agent in its DaemonSet form (bench/agent_daemonset.py).
     DAEMONSET_POWEROFF = "daemonset-poweroff"
+    # `systemctl start poweroff.target`: the job queued without logind, so no
+    # PrepareForShutdown and no delay lock; the agent hears only its SIGTERM.
+    POWEROFF_TARGET = "poweroff-target"
 
 
 # The sigterm-ignoring kind's pod: PID 1 without a handler, a grace far past any deadline.
@@ -100,12 +104,13 @@ class Config:
     agent: bool
     gns: GracefulShutdown | None = None
 
-    def node_options(self, group: str) -> NodeOptions:
+    def node_options(self, group: str, driver: CgroupDriver = "cgroupfs") -> NodeOptions:
         gns = self.gns or GracefulShutdown(0, 0)
         return NodeOptions(
             labels={GROUP_LABEL: group},
             shutdown_grace=gns.seconds,
             shutdown_grace_critical=gns.critical_seconds,
+            cgroup_driver=driver,
         )
 
 
@@ -235,6 +240,7 @@ class Departure:
     stateful_deleted: float | None = None
     stateful_ready: float | None = None
     multi_attach_events: int | None = None
+    cgroup_driver: CgroupDriver = "cgroupfs"
 
 
 @dataclass
@@ -254,6 +260,7 @@ class Scene:
     csi_dir: Path | None = None  # with storage: a StatefulSet on the real CSI attach path
     volume: str = "1"  # the mock driver's volume it uses
     daemonset: bool = False  # the agent runs as the chart's DaemonSet, not from its .deb
+    cgroup_driver: CgroupDriver = "cgroupfs"  # the nodes' kubelet and containerd
     # The chart's cluster-scoped objects, deleted on exit (its namespace goes with it).
     rbac: list[dict[str, Any]] = field(default_factory=list)
 
@@ -278,6 +285,7 @@ class Scene:
         csi_dir: Path | None = None,
         volume: str = "1",
         daemonset: bool = False,
+        cgroup_driver: CgroupDriver = "cgroupfs",
     ) -> Iterator[Scene]:
         """Nodes, workload and client, all Ready; everything stopped and checked on exit.
         Without `dnd`, no do-not-disrupt pod (whose ceiling makes the departure 60 s longer).
@@ -286,7 +294,8 @@ class Scene:
         replica holds a ReadWriteOnce volume on the leaving node: the mock driver's
         `volume` ("1" to "3"; the attach/detach controller keeps one attached to a node
         that powered off for minutes, so consecutive scenes take turns). With `daemonset`,
-        an agent config runs the agent as the chart's DaemonSet."""
+        an agent config runs the agent as the chart's DaemonSet. `cgroup_driver` is the
+        nodes' (hack/realnode NodeOptions)."""
         nodes: list[RealNode] = []
         client: ClientNet | None = None
         daemonset = daemonset and config.agent
@@ -296,7 +305,7 @@ class Scene:
             for suffix in ("a", "b"):
                 name = f"{group}-{suffix}"
                 binds = realcsi.binds(csi_dir) if csi_dir else []
-                opts = config.node_options(group)
+                opts = config.node_options(group, cgroup_driver)
                 node = RealNode.create(cluster, name, workdir / name, opts, binds)
                 nodes.append(node)
                 if csi_dir:
@@ -311,6 +320,7 @@ class Scene:
             scene = cls(
                 cluster, workdir, group, config, nodes[0], nodes[1], client, dnd=dnd,
                 csi_dir=csi_dir, volume=volume, daemonset=daemonset, rbac=rbac,
+                cgroup_driver=cgroup_driver,
             )  # fmt: skip
             scene._deploy()
             yield scene
@@ -543,6 +553,7 @@ class Scene:
             stateful_deleted=deleted,
             stateful_ready=ready,
             multi_attach_events=multi,
+            cgroup_driver=self.cgroup_driver,
         )
 
     def _departing(self, kind: Kind) -> list[RealNode]:
@@ -576,6 +587,10 @@ class Scene:
         if kind is Kind.STOP:
             return self._maintain()
         node = self.leaving
+        if kind is Kind.POWEROFF_TARGET:
+            node.run("systemctl", "start", "--no-block", "poweroff.target")
+            self._wait_off(node, notes)
+            return time.time()
         if kind is Kind.EVACUATE:
             taint = {"key": EVACUATE_TAINT, "effect": "NoSchedule"}
             self.cluster.kube.patch(f"/api/v1/nodes/{node.name}", {"spec": {"taints": [taint]}})
@@ -589,6 +604,20 @@ class Scene:
         node.run("systemctl", "poweroff", "--no-block")
         node.wait_exit(DEPARTURE_CAP_S)
         return time.time()
+
+    def _wait_off(self, node: RealNode, notes: list[str]) -> None:
+        """Until the node is off; one still up after DEPARTURE_CAP_S is noted with what
+        its systemd still has queued, then killed (seen on this kind: an agent that had
+        drained but not exited, or the final kill sweep's 90 s after a 65 s drain)."""
+        try:
+            node.wait_exit(DEPARTURE_CAP_S)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+        notes.append(
+            f"still up {DEPARTURE_CAP_S:.0f}s after the shutdown began ({_jobs(node)}): killed"
+        )
+        node.kill()
 
     def _reboot(self, nodes: list[RealNode]) -> float:
         """Reboot `nodes` one after another, as an OS-update wave does (kured): the next
@@ -774,6 +803,16 @@ def _pod_log_line(node: RealNode, ns: str, text: str) -> float | None:
                 found.append(when.timestamp() + float(f"0.{frac or 0}"))
                 break
     return min(found, default=None)
+
+
+def _jobs(node: RealNode) -> str:
+    """What the node's systemd still has queued, for a note (its manager may not answer)."""
+    try:
+        out = node.run("systemctl", "list-jobs", "--no-legend", "--no-pager", timeout=10)
+    except (subprocess.TimeoutExpired, NodeError):
+        return "its systemd did not answer"
+    jobs = "; ".join(" ".join(line.split()[1:3]) for line in out.stdout.splitlines())
+    return f"jobs queued: {jobs or 'none'}"
 
 
 def _agent_ready(node: RealNode) -> bool:

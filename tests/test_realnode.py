@@ -271,6 +271,51 @@ def test_two_real_nodes_at_once_run_pods_and_leave_nothing_behind(env: Env) -> N
     assert a.leftovers() and b.leftovers()
 
 
+def test_systemd_cgroup_driver_puts_pods_in_slices_and_a_poweroff_still_drains(env: Env) -> None:
+    """The production nodes' driver: kubelet and containerd hand the pods' cgroups to the
+    node's systemd, as transient slices (one per pod) and scopes (one per container) that
+    conflict with shutdown.target. Behind logind's delay lock the drain still comes first."""
+    opts = NodeOptions(cgroup_driver="systemd")
+    node = env.real_node("a", agent=agent_config(f"{env.group}-a"), opts=opts)
+    dump = node.run("containerd", "config", "dump").stdout
+    assert "SystemdCgroup = true" in dump, dump
+    (created,) = [m for m in node.messages("kubelet.service") if "Creating Container Manager" in m]
+    assert '"CgroupDriver":"systemd"' in created, created
+    env.deployment("web", 2, POLITE, grace=10)
+    pods = ku.wait_running(env.kube, node.name, 2, timeout=90)
+    ku.pdb(env.kube, env.ns, "web", {"app": "web"}, maxUnavailable=1)
+    ku.wait_pdb_ready(env.kube, env.ns, "web")
+
+    units = pod_units(node)
+    for pod in pods:
+        qos = pod["status"]["qosClass"].lower()
+        uid = pod["metadata"]["uid"].replace("-", "_")
+        assert f"kubepods-{qos}-pod{uid}.slice" in units, units
+        for status in pod["status"]["containerStatuses"]:
+            scope = f"cri-containerd-{status['containerID'].removeprefix('containerd://')}.scope"
+            assert scope in units, units
+    conflicts = node.run("systemctl", "show", "-P", "Conflicts", "kubepods.slice").stdout
+    assert "shutdown.target" in conflicts.split(), conflicts
+
+    env.open_spare()
+    agent_ready(node)
+    start = time.time()
+    assert node.run("poweroff").returncode == 0
+    assert node.wait_exit(DEADLINE + MARGIN) == 0
+    drained = realtime(agent_line(node, "drain for poweroff: drained"))
+    assert start < drained < kubelet_stopping(node)
+    # Each pod went by its eviction (its SIGTERM trap ran, exit 0), not by systemd's stop.
+    assert all(terminated_by_sigterm(p) for p in on_node(env.pods("web"), node.name))
+    assert len([p for p in on_node(env.pods("web"), env.spare) if ku.ready(p)]) == 2
+
+
+def pod_units(node: RealNode) -> list[str]:
+    """The node's systemd units under kubepods.slice: the pods' slices and scopes."""
+    out = node.run("systemctl", "list-units", "--all", "--plain", "--no-legend",
+                   "kubepods*", "cri-containerd-*")  # fmt: skip
+    return [line.split()[0] for line in out.stdout.splitlines() if line.strip()]
+
+
 # -- scenarios ------------------------------------------------------------------------------
 
 

@@ -1,7 +1,7 @@
 """hack/real-node: start and stop a real node by hand, beside a cluster from hack/cluster.
 
 hack/cluster up --kubeconfig /tmp/admin.kubeconfig
-hack/real-node up node-a [--label k=v] [--shutdown-grace 20]
+hack/real-node up node-a [--label k=v] [--shutdown-grace 20] [--cgroup-driver systemd]
 hack/real-node run node-a -- crictl ... | systemctl status kubelet
 hack/real-node down node-a
 """
@@ -16,7 +16,7 @@ from hack.localcluster.cluster import Cluster, ClusterError, default_workdir
 from hack.localcluster.kubeapi import KubeError
 
 from .build import BuildError, ensure_all
-from .config import NodeOptions
+from .config import CGROUP_DRIVERS, NodeOptions
 from .host import HostError
 from .images import ImageError
 from .node import NodeError, RealNode
@@ -35,6 +35,12 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("name")
     up.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
     up.add_argument("--shutdown-grace", type=int, default=0, help="kubelet shutdownGracePeriod (s)")
+    up.add_argument(
+        "--cgroup-driver",
+        choices=CGROUP_DRIVERS,
+        default="cgroupfs",
+        help="who makes the pods' cgroups: runc and the kubelet, or the node's systemd",
+    )
     down = sub.add_parser("down", help="stop a node and give back what it held on the host")
     down.add_argument("name")
     run = sub.add_parser("run", help="run a command inside a node")
@@ -79,7 +85,11 @@ def main(argv: list[str] | None = None) -> int:
         cluster = Cluster.load((args.cluster or default_workdir()).expanduser().absolute())
         workdir = NODES / args.name
         if args.command == "up":
-            opts = NodeOptions(labels=labels, shutdown_grace=args.shutdown_grace)
+            opts = NodeOptions(
+                labels=labels,
+                shutdown_grace=args.shutdown_grace,
+                cgroup_driver=args.cgroup_driver,
+            )
             node = RealNode.start(cluster, args.name, workdir, opts)
             print(f"node {args.name} is Ready (kubelet on 127.0.0.1:{node.slot.port})")
             print(f"stop with: hack/real-node down {args.name}")

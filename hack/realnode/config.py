@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 import yaml
 
@@ -18,6 +19,13 @@ BRIDGE_PREFIX = "nabr"
 SUBNET = "10.250.{slot}.0/24"
 SLOTS = 250
 CA_PATH = "/etc/kubernetes/ca.crt"
+
+# Who makes the pods' cgroups: the kubelet and runc directly (cgroupfs, the kubelet's own
+# default), or the node's systemd as transient slices and scopes (systemd: kubeadm, EKS
+# AL2023, AKS, Flatcar, kOps, k3s). Kubelet and runtime must agree; since 1.34 the kubelet
+# takes containerd 2.x's answer (KEP-4033), and the node's containerd 1.6 has none to give.
+CgroupDriver = Literal["cgroupfs", "systemd"]
+CGROUP_DRIVERS: tuple[CgroupDriver, ...] = get_args(CgroupDriver)
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,7 @@ class NodeOptions:
     # kubelet systemReserved cpu (e.g. "500m"), shrinking allocatable; None reserves none.
     reserved_cpu: str | None = None
     max_pods: int = 30
+    cgroup_driver: CgroupDriver = "cgroupfs"
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,17 @@ def cgroup_root(name: str) -> str:
     return CGROUP_PREFIX + name
 
 
+def kubelet_cgroup_root(name: str, opts: NodeOptions) -> str:
+    """The kubelet's cgroupRoot, as the container sees its hierarchies.
+
+    With cgroupfs the container's v1 controller hierarchies start at the host's (nspawn's
+    cgroup there), so the kubelet is given a root of the node's own. With systemd, nspawn
+    starts inside the node's root in every hierarchy (host.nspawn_cgroups): the kubelet
+    keeps the default root and its slices their production names (kubepods.slice, ...).
+    """
+    return cgroup_root(name) if opts.cgroup_driver == "cgroupfs" else "/"
+
+
 def kubelet_config(name: str, slot: NodeSlot, opts: NodeOptions) -> str:
     """KubeletConfiguration for a kubelet in systemd-nspawn on a cgroup v1 host."""
     config: dict[str, object] = {
@@ -64,8 +84,8 @@ def kubelet_config(name: str, slot: NodeSlot, opts: NodeOptions) -> str:
         "healthzPort": 0,
         # The host is cgroup v1 (hybrid); 1.35 refuses v1 unless told.
         "failCgroupV1": False,
-        "cgroupDriver": "cgroupfs",
-        "cgroupRoot": cgroup_root(name),
+        "cgroupDriver": opts.cgroup_driver,
+        "cgroupRoot": kubelet_cgroup_root(name, opts),
         "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
         # Only holders of a certificate from the cluster's CA may call the kubelet's API.
         "authentication": {
@@ -122,4 +142,27 @@ def cni_config(slot: NodeSlot) -> str:
 
 def env_file(name: str, opts: NodeOptions) -> str:
     labels = ",".join(f"{k}={v}" for k, v in sorted(opts.labels.items()))
-    return f"NODE_NAME={name}\nNODE_LABELS={labels}\nCGROUP_ROOT={cgroup_root(name)}\n"
+    root = kubelet_cgroup_root(name, opts).rstrip("/")
+    return f"NODE_NAME={name}\nNODE_LABELS={labels}\nCGROUP_ROOT={root}\n"
+
+
+def containerd_config(opts: NodeOptions) -> str:
+    """/etc/containerd/config.toml (config version 2, containerd 1.6): runc's cgroups made
+    by systemd (as transient scopes in the kubelet's pod slices) or by runc itself."""
+    systemd = "true" if opts.cgroup_driver == "systemd" else "false"
+    return f"""version = 2
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.10.1"
+  # Without CAP_SYS_RESOURCE in the container runc cannot lower oom_score_adj below the
+  # container's own (-998 for the sandbox): clamp instead of failing.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = {systemd}
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "/etc/cni/net.d"
+"""

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from .config import SLOTS, NodeSlot, cgroup_root
+from .config import SLOTS, CgroupDriver, NodeSlot, cgroup_root
 
 CGROUP_FS = Path("/sys/fs/cgroup")
 # Slots are the host's (its bridges and subnets), not one checkout's or one user's: the
@@ -114,9 +114,30 @@ def cgroup_homes(name: str) -> list[Path]:
     return sorted(homes)
 
 
-def nspawn_cgroups(homes: list[Path]) -> list[Path]:
-    """The homes nspawn itself is moved into (it creates its own cgroups there)."""
+def nspawn_cgroups(homes: list[Path], driver: CgroupDriver = "cgroupfs") -> list[Path]:
+    """The homes nspawn itself is moved into (it creates its own cgroups there).
+
+    With the systemd driver, every hierarchy's: the container's cgroup namespace then starts
+    at the node's root in the v1 controllers too, so the node's systemd makes the kubelet's
+    slices (kubepods.slice, ...) there under their own names, and two nodes do not share
+    one. With cgroupfs the kubelet's cgroupRoot keeps the nodes apart instead.
+    """
+    if driver == "systemd":
+        return list(homes)
     return [h for h in homes if h.relative_to(CGROUP_FS).parts[0] in ("systemd", "unified")]
+
+
+def prepare_cgroup(home: Path) -> None:
+    """Make `home` ready to take a process: a cpuset cgroup has no CPUs or memory nodes
+    until given its parent's."""
+    home.mkdir(parents=True, exist_ok=True)
+    top = CGROUP_FS / home.relative_to(CGROUP_FS).parts[0]
+    levels = [home, *home.parents[: len(home.parents) - len(top.parents) - 1]]
+    for level in reversed(levels):  # from the hierarchy's top down
+        for name in ("cpuset.cpus", "cpuset.mems"):
+            own = level / name
+            if own.exists() and not own.read_text().strip():
+                own.write_text((level.parent / name).read_text())
 
 
 def remove_cgroups(homes: list[Path], timeout: float = 15.0) -> None:
@@ -164,7 +185,12 @@ def leftovers(
     found = [f"cgroup {p}" for p in homes if p.exists()]
     found += [f"link {n}" for n in ports if Path("/sys/class/net", n).exists()]
     # A kubelet without its own root would have made these.
-    found += [f"cgroup {h}/kubepods" for h in CGROUP_FS.iterdir() if (h / "kubepods").exists()]
+    found += [
+        f"cgroup {h}/{top}"
+        for h in CGROUP_FS.iterdir()
+        for top in ("kubepods", "kubepods.slice")
+        if (h / top).exists()
+    ]
     if slot is not None and bridge_exists(slot.bridge):
         found.append(f"bridge {slot.bridge}")
     if slot_of(name) is not None:

@@ -29,7 +29,15 @@ from hack.localcluster.procs import ProcRef, free_ports, proc_ref
 from hack.nspawn import Container
 
 from . import build, host
-from .config import CA_PATH, NodeOptions, NodeSlot, cni_config, env_file, kubelet_config
+from .config import (
+    CA_PATH,
+    NodeOptions,
+    NodeSlot,
+    cni_config,
+    containerd_config,
+    env_file,
+    kubelet_config,
+)
 
 STATE_FILE = "state.json"
 
@@ -135,10 +143,11 @@ class RealNode(Container):
         """Start the container; return the seconds until the Node was Ready and schedulable."""
         started = time.monotonic()
         # nspawn makes its cgroups (payload, supervisor) below its own in the named systemd
-        # hierarchy: started in the node's cgroup root, they go when the node's tree goes.
+        # hierarchy: started in the node's cgroup root, they go when the node's tree goes
+        # (with the systemd driver, in every hierarchy: host.nspawn_cgroups).
         enter = ""
-        for home in host.nspawn_cgroups(self.cgroups):
-            home.mkdir(parents=True, exist_ok=True)
+        for home in host.nspawn_cgroups(self.cgroups, self.opts.cgroup_driver):
+            host.prepare_cgroup(home)
             enter += f'echo $$ > "{home}/cgroup.procs" && '
         enter += 'exec "$@"'
         child = self.spawn(["sh", "-c", enter, "sh", *self._nspawn_args()], start_new_session=True)
@@ -220,12 +229,14 @@ class RealNode(Container):
             kubelet_config(self.name, self.slot, opts)
         )
         self.path("etc/realnode/env").write_text(env_file(self.name, opts))
+        self.path("etc/containerd/config.toml").write_text(containerd_config(opts))
         self._save()
 
     def _write_files(self) -> None:
         files = {
             "etc/kubernetes/kubelet.yaml": kubelet_config(self.name, self.slot, self.opts),
             "etc/cni/net.d/10-realnode.conflist": cni_config(self.slot),
+            "etc/containerd/config.toml": containerd_config(self.opts),
             "etc/realnode/env": env_file(self.name, self.opts),
             CA_PATH: (self.cluster.pki_dir / "ca.crt").read_text(),
         }
