@@ -28,7 +28,6 @@ from hack.nspawn import realtime
 from hack.realnode import TEST_IMAGE, NodeOptions, RealNode
 from hack.realnode import host as realhost
 from nodeagent.departure.leftovers import EVENT_REASON as LEFTOVER_DELETED
-from nodeagent.departure.leftovers import killed_at
 from nodeagent.drain.podfilter import find_condition
 from nodeagent.kube.client import JSON, Kube, node_path, pods_path
 from nodeagent.rejection.controller import POD_REJECTED, STATE_WIPED
@@ -528,18 +527,17 @@ def test_graceful_shutdown_on_races_the_drain(env: Env) -> None:
     print(f"the kubelet killed {len(kills)} of 3 pods, {len(marked)} marked in the API")
 
 
-def test_after_a_reboot_the_pods_the_kubelet_left_failed_are_cleaned(env: Env) -> None:
-    """Scenario 5: the kubelet's graceful shutdown leaves pods Failed/TerminationByKubelet;
-    after the next boot the agent deletes those its ReplicaSet replaced, keeps a bare one.
-
-    Budgets that allow no eviction keep the agent's drain from deleting the pods first: the
-    kubelet kills them, and the agent holds its delay lock until it sees them finished, so
-    the kubelet has posted their status (with TerminationByKubelet) before it stops.
+def test_beside_the_kubelets_graceful_shutdown_its_pods_are_taken_out_at_once(env: Env) -> None:
+    """Scenario 5: the real kubelet's graceful shutdown kills pods whose budgets allow no
+    eviction; the agent, having seen the kubelet's lock, deletes each at once past its PDB
+    (an Event each), so none stays a ready endpoint while it dies and none is left Failed
+    on the node: after the next boot the controller's pods are replaced and gone, with no
+    leftover for the after-boot pass, and the bare pod went with its node's drain, as an
+    eviction would have taken it.
     """
     opts = NodeOptions(shutdown_grace=20, shutdown_grace_critical=5)
     node = env.real_node("a", agent=agent_config(f"{env.group}-a"), opts=opts)
-    # SIGTERM ignored, so the kubelet's SIGKILL ends them: Failed. (A pod that exits 0 on
-    # SIGTERM ends Succeeded, which is not a shutdown leftover.)
+    # SIGTERM ignored, so the kubelet's SIGKILL ends them.
     env.deployment("web", 3, STUBBORN, grace=2)
     ku.bare_pod(
         env.kube,
@@ -556,39 +554,41 @@ def test_after_a_reboot_the_pods_the_kubelet_left_failed_are_cleaned(env: Env) -
     ku.pdb(env.kube, env.ns, "solo", {"app": "solo"}, minAvailable=1)
     env.open_spare()
     agent_ready(node)
+    wait_for(
+        lambda: any(
+            "PDBs are not guaranteed at shutdown" in m for m in node.messages("nodeagent.service")
+        ),
+        30,
+        "the agent to see the kubelet's lock",
+    )
+    before = {p["metadata"]["uid"] for p in on_node(env.pods("web"), node.name)}
+    before.add(env.kube.get(pods_path(env.ns, "solo"))["metadata"]["uid"])
 
     assert node.run("poweroff").returncode == 0
     assert node.wait_exit(DEADLINE + MARGIN) == 0
-    web = [*on_node(env.pods("web"), node.name), env.kube.get(pods_path(env.ns, "solo"))]
-    for p in web:
-        status = p.get("status") or {}
-        print(p["metadata"]["name"], status.get("phase"), status.get("reason"),
-              killed_by_kubelet(p))  # fmt: skip
-    left = [p for p in web[:-1] if killed_at(p) is not None]
-    assert left, "no pod left Failed/Terminated with TerminationByKubelet"
+    kills = [m for m in node.messages("kubelet.service") if "Shutdown manager killing pod" in m]
+    assert kills, node.messages("kubelet.service")[-50:]
+    events = env.kube.get(f"/api/v1/namespaces/{env.ns}/events")["items"]
+    refused = "its eviction refused (PDB"
+    deleted = {
+        e["involvedObject"]["uid"]
+        for e in events
+        if e["reason"] == "DeletedForKubeletShutdown" and refused in e["message"]
+    }
+    assert deleted == before, events
     # The ReplicaSet replaces them on the spare while the node is down.
     wait_for(lambda: len(ku.running(ku.pods_on(env.kube, env.spare))) >= 3, 60, "the replacements")
 
     took = node.boot()
     print(f"{node.name}: boot to Ready {took:.1f}s")
-    uids = {p["metadata"]["uid"] for p in left}
     wait_for(
-        lambda: not uids & {p["metadata"]["uid"] for p in env.pods("web")},
+        lambda: not before & {p["metadata"]["uid"] for p in env.pods("web")},
         60,
-        "the agent to delete the replaced leftovers",
+        "the deleted pods to be gone",
     )
+    wait_for(lambda: not ku.exists(env.kube, pods_path(env.ns, "solo")), 60, "solo to be gone")
     events = env.kube.get(f"/api/v1/namespaces/{env.ns}/events")["items"]
-    deleted = {
-        e["involvedObject"]["uid"]
-        for e in events
-        if e["reason"] == LEFTOVER_DELETED and "has replaced it" in e["message"]
-    }
-    assert deleted >= uids, events
-    # The bare pod's failed object is its only record: it stays.
-    assert ku.exists(env.kube, pods_path(env.ns, "solo"))
-    assert not any(e["involvedObject"]["name"] == "solo" for e in events
-                   if e["reason"] == LEFTOVER_DELETED)  # fmt: skip
-    assert any("shutdown leftover" in m for m in node.messages("nodeagent.service"))
+    assert not [e for e in events if e["reason"] == LEFTOVER_DELETED], events
 
 
 def ready_reason(kube: Kube, name: str) -> str | None:
