@@ -73,7 +73,7 @@ class DrainOptions:
     finished_pods: podfilter.FinishedPods = podfilter.FinishedPods.KEEP
     # The kubelet's graceful node shutdown is stopping the node's ordinary pods from the
     # drain's start (logind announced the shutdown while the kubelet held its lock): they
-    # are deleted at once instead of evicted (Evictor.delete_for_kubelet_shutdown).
+    # are taken out at once, deleted where their PDB refuses (Evictor.delete_for_kubelet_shutdown).
     kubelet_kills: bool = False
 
 
@@ -326,9 +326,10 @@ class Drain:
         return evict
 
     def _evict_tiers(self, pods: list[JSON]) -> list[Eviction]:
-        kills = self.opts.kubelet_kills
-        killing = [p for p in pods if kills and podfilter.killed_at_once_by_kubelet(p)]
-        pods = [p for p in pods if not (kills and podfilter.killed_at_once_by_kubelet(p))]
+        killing: list[JSON] = []
+        if self.opts.kubelet_kills:
+            killing = [p for p in pods if podfilter.killed_at_once_by_kubelet(p)]
+            pods = [p for p in pods if not podfilter.killed_at_once_by_kubelet(p)]
         tiers = podfilter.tiers(pods)
         budget = self._deadline - self._start  # the options' deadline, or the context's
         reserve_until = self._deadline - budget * self.opts.critical_reserve
@@ -358,8 +359,8 @@ class Drain:
                     # delete starts the kubelet's kill, and DNS and the CNI must outlive the
                     # workloads.
                     self._wait_gone(deleted, reserve_until)
-                    batch = self._delete_killing(pool, list(tier.pods))
-                    self._wait_gone(batch, tier_until)
+                    take_out = self._evictor.delete_for_kubelet_shutdown
+                    batch = self._run_tier(pool, tier, tier_until, take_out)
                 else:
                     batch = self._run_tier(pool, tier, tier_until)
                 evictions += batch
@@ -383,8 +384,13 @@ class Drain:
         return batch
 
     def _run_tier(
-        self, pool: ThreadPoolExecutor, tier: podfilter.Tier, until: float
+        self,
+        pool: ThreadPoolExecutor,
+        tier: podfilter.Tier,
+        until: float,
+        take_out: Callable[[Eviction], None] | None = None,
     ) -> list[Eviction]:
+        """Evict the tier's pods (or take them out with `take_out`) and wait for them."""
         batch = [Eviction(p, outcome_of(p)) for p in tier.pods]
         if tier.wait_for_exit:
             ceiling = min(self._start + self.opts.do_not_disrupt_ceiling, until)
@@ -398,7 +404,7 @@ class Drain:
             self.progress(f"evicting {len(batch)} pods ({tier.name})")
         assert self._evictor is not None
         for ev in batch:
-            pool.submit(self._evictor.evict, ev)
+            pool.submit(take_out or self._evictor.evict, ev)
         self._wait_gone(batch, until)
         return batch
 
