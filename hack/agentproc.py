@@ -16,9 +16,11 @@ from typing import Any
 from hack.kubeutil import NODEAGENT, wait_until
 
 # The host has no logind for the agent to lock, and SIGTERM in a test is a plain
-# kill: nothing here may drain by accident.
+# kill: nothing here may drain by accident, and no request may reach a real cloud's
+# metadata endpoint (a test that wants warnings points the agent at its own mock).
 BASE_CONFIG: dict[str, dict[str, Any]] = {
     "shutdown": {"use_logind": False, "unknown": "none", "stop": "none"},
+    "warnings": {"cloud": "off"},
     "uncordon": {"settle": "0s"},
     "drain": {"deadline": "60s"},
     "reporting": {"heartbeat_interval": "60s"},

@@ -23,7 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodeagent.fence.reason import EvacuatePolicy, FinishedPods, Policy, Reason
+from nodeagent.fence.reason import (
+    Cloud,
+    EvacuatePolicy,
+    FinishedPods,
+    Policy,
+    Reason,
+    WarningKind,
+)
 
 LOG_FORMATS = ("text", "json")
 # host: a systemd unit, whose SIGTERM may be the machine going down. pod: a DaemonSet's
@@ -32,6 +39,7 @@ FORMS = ("host", "pod")
 
 # A Node name is a DNS subdomain (RFC 1123), as the API server validates it.
 _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_HTTP_URL = re.compile(r"http://(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?/?")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 
@@ -73,6 +81,7 @@ def choice(default: str, choices: tuple[str, ...]) -> Any:
 POLICY: dict[str, Any] = {"enum": Policy}
 EVACUATE_POLICY: dict[str, Any] = {"enum": EvacuatePolicy}
 FINISHED_PODS: dict[str, Any] = {"enum": FinishedPods}
+CLOUD: dict[str, Any] = {"enum": Cloud}
 
 
 def _enums(obj: Any) -> None:
@@ -156,6 +165,33 @@ class EvacuateConfig:
 
 
 @dataclass
+class WarningsConfig:
+    """The cloud's early warnings, read from the node's own metadata endpoint
+    (nodeagent/cloud/): what each kind asks for (drain | cordon | none; every warning is
+    reported), and when."""
+
+    cloud: Cloud = field(default=Cloud.AUTO, metadata=CLOUD)
+    interruption: Policy = field(default=Policy.DRAIN, metadata=POLICY)
+    termination: Policy = field(default=Policy.DRAIN, metadata=POLICY)
+    maintenance: Policy = field(default=Policy.DRAIN, metadata=POLICY)
+    migration: Policy = field(default=Policy.NONE, metadata=POLICY)
+    rebalance: Policy = field(default=Policy.NONE, metadata=POLICY)
+    # A scheduled event acts this long before its start, not when it is announced (days
+    # ahead): the node serves until then.
+    maintenance_lead: float = duration("10m")
+    # A rebalance recommendation never ends by itself: its cordon lasts this long.
+    rebalance_lifetime: float = duration("30m", minimum="1s")
+    # The metadata endpoint's base URL; default the cloud's own link-local address.
+    metadata_url: str = field(default="", metadata={"check": "url"})
+
+    def __post_init__(self) -> None:
+        _enums(self)
+
+    def policy(self, kind: WarningKind) -> Policy:
+        return Policy(getattr(self, kind.value))
+
+
+@dataclass
 class RejectionConfig:
     """Pods the kubelet rejected at admission: wipe their node-local state, maybe re-create."""
 
@@ -212,6 +248,7 @@ class Config:
     shutdown: ShutdownConfig = field(default_factory=ShutdownConfig)
     uncordon: UncordonConfig = field(default_factory=UncordonConfig)
     evacuate: EvacuateConfig = field(default_factory=EvacuateConfig)
+    warnings: WarningsConfig = field(default_factory=WarningsConfig)
     rejection: RejectionConfig = field(default_factory=RejectionConfig)
     leftovers: LeftoversConfig = field(default_factory=LeftoversConfig)
     reporting: ReportingConfig = field(default_factory=ReportingConfig)
@@ -277,6 +314,8 @@ def _check(f: dataclasses.Field[Any], value: Any) -> Any:
         _check_address(value)
     if f.metadata.get("check") == "absolute" and value and not value.startswith("/"):
         raise ValueError(f"{value!r} is not an absolute path")
+    if f.metadata.get("check") == "url" and value and not _HTTP_URL.fullmatch(value):
+        raise ValueError(f"{value!r} is not an http:// URL (e.g. http://169.254.169.254)")
     return value
 
 

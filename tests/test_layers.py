@@ -9,9 +9,18 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "nodeagent"
 
 # Engines and plain pieces: they act when called and decide nothing about the node's owner.
-ENGINES = {"objects", "kube", "fence", "drain", "report", "host", "context", "config"}
+ENGINES = {"objects", "kube", "fence", "drain", "report", "host", "cloud", "context", "config"}
 # Their order (docs/architecture.md): a part imports only parts before it, or SHARED.
-ORDER = [{"objects"}, {"context", "config"}, {"kube"}, {"fence"}, {"drain"}, {"report"}, {"host"}]
+ORDER = [
+    {"objects"},
+    {"context", "config"},
+    {"kube"},
+    {"fence"},
+    {"drain"},
+    {"report"},
+    {"host"},
+    {"cloud"},
+]
 # Every layer may use these: the vocabulary, and the reporting sinks (counters, Events,
 # conditions as data). None of them imports a part after kube.
 SHARED = {

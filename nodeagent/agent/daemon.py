@@ -2,7 +2,8 @@
 
 The loops: the own-Node watch (feeding the departure worker and the reporter), the
 departure worker (nodeagent/departure/worker.py), the heartbeat, logind's delay inhibitor, the
-own-pods watch, the one-shot reconcile after start and the leftovers pass. See
+own-pods watch, the cloud's early warnings, the one-shot reconcile after start and the
+leftovers pass. See
 docs/architecture.md for who owns what.
 
 Every loop restarts itself after errors with backoff, forever, and records its last
@@ -39,6 +40,8 @@ from nodeagent.report.readiness import Readiness
 log = logging.getLogger(__name__)
 
 WATCHDOG_INTERVAL = 5.0
+# The longest a metadata read may take (Azure's first answer, 30 s), plus slack.
+LONGEST_METADATA_READ = 45.0
 HEARTBEAT_RETRY = 30.0  # a failed heartbeat is tried again this soon
 
 
@@ -184,6 +187,7 @@ class Agent:
             loops.append(Loop("pods", self._watch_pods, STUCK_AFTER))
         if self.cfg.leftovers.enabled:
             loops.append(Loop("leftovers", self._clean_leftovers, READ_TIMEOUT + 15))
+        loops.append(Loop("warnings", self._watch_warnings, LONGEST_METADATA_READ))
         return loops
 
     def stalled_loops(self) -> list[str]:
@@ -307,6 +311,16 @@ class Agent:
             pods=self.pods,
         )
         cleaner.run()
+
+    def _watch_warnings(self, ctx: Context) -> None:
+        """The cloud's early warnings, handed to the departure worker; off a cloud, one
+        line and done."""
+        from nodeagent.cloud.watcher import WarningWatcher
+
+        loop = self._loop("warnings")
+        watcher = WarningWatcher(self.cfg.warnings, self.departure.warned)
+        self.departure.warning_drained = watcher.approve
+        watcher.run(ctx, loop.succeeded, loop.beat)
 
     def _depart(self, ctx: Context) -> None:
         self.departure.run(ctx, self._loop("departure").beat)

@@ -34,6 +34,9 @@ class Budget:
     # on (its logind lock was held when logind announced the shutdown): their time is the
     # kubelet's, and the drain deletes them at once (DrainOptions.kubelet_kills).
     kubelet_kills: bool = False
+    # The cloud acts at the end of this budget (its warning's deadline cut the drain): as
+    # at a shutdown, pods get no more grace than is left, and what is left is forced.
+    final: bool = False
 
     @property
     def finish_grace(self) -> float:
@@ -81,6 +84,19 @@ def logind(
 def sigterm(now: float, deadline: float) -> Budget:
     """A SIGTERM logind did not announce: nothing else bounds it but the deadline."""
     return _going_down(now, deadline)
+
+
+WARNING_MARGIN = 10.0  # a warning's drain ends this long before the cloud acts
+
+
+def warning(now: float, deadline: float, seconds_left: float | None) -> Budget:
+    """A drain for the cloud's warning starting at `now`: the configured deadline, cut to
+    end WARNING_MARGIN before the cloud acts (`seconds_left` from now; None: not said)."""
+    if seconds_left is None or seconds_left - WARNING_MARGIN >= deadline:
+        return evacuation(now, deadline)
+    drain_until = now + max(SHORTEST_DRAIN, seconds_left - WARNING_MARGIN - FINISH_GRACE)
+    finish_until = drain_until + FINISH_GRACE
+    return Budget(drain_until, finish_until, finish_until, finish_until, final=True)
 
 
 def evacuation(now: float, deadline: float) -> Budget:

@@ -24,6 +24,7 @@ from nodeagent.drain.phases import Phase
 from nodeagent.fence import marker
 from nodeagent.fence.decision import Decision, Step
 from nodeagent.fence.reason import Reason
+from nodeagent.fence.warning import marker_notes
 from nodeagent.kube.client import JSON, Kube, KubeError
 from nodeagent.kube.watch import Reflector
 from nodeagent.report import conditions, metrics
@@ -53,11 +54,12 @@ def drain_options(cfg: Config, reason: Reason, budget: Budget, now: float) -> Dr
     """How the agent drains for `reason` from `now`, inside `budget`.
 
     A shutdown's drain leaves room to finish inside logind's delay, and forces by the
-    shutdown policy (the kubelet kills what is left anyway). An evacuation forces by the
-    drain's own setting.
+    shutdown policy (the kubelet kills what is left anyway); so does a warning's drain cut
+    by the cloud's deadline. An evacuation, or a warning with time to spare, forces by
+    the drain's own setting and keeps each pod's own grace.
     """
     seconds = budget.drain_seconds(now)
-    if reason is Reason.EVACUATE:
+    if reason.while_up and not budget.final:
         return DrainOptions(
             reason=reason,
             deadline=seconds,
@@ -77,6 +79,7 @@ def drain_options(cfg: Config, reason: Reason, budget: Budget, now: float) -> Dr
         kubelet_kills=budget.kubelet_kills,
         finished_pods=cfg.drain.finished_pods,
         finish_grace=budget.finish_grace,
+        cut_grace=budget.final,
     )
 
 
@@ -87,13 +90,14 @@ def cordon_then_drain(
     ctx: Context | None = None,
     cordoned: Callable[[], None] = lambda: None,
     detaching: Callable[[Sequence[str]], None] | None = None,
+    notes: marker.Notes | None = None,
 ) -> DrainResult:
     """Cordon with the marker, then drain, in the drain's time: the cordon waits for the
     drain's pod watch to list (a drain that cannot list changes nothing), and the drain
     plans from the pods the watch shows once the cordon is answered. `keep`: the agent's
     markers of this boot left as they are; `cordoned` is called once the cordon stands.
     Then, still inside the drain's deadline, wait_for_detach; `detaching` hears the
-    volumes it still waits for.
+    volumes it still waits for. `notes`: marker keys written with the cordon (a warning's).
 
     `node` is the Node the caller decided on: when it changed since (the cordon's
     resourceVersion precondition), marker.NodeChanged is raised, for the caller to read
@@ -113,9 +117,9 @@ def cordon_then_drain(
             return drain.evict(node, cordoned=False)
         with phases.timed(Phase.CORDON):
             if decided:
-                fenced = _cordon_for_drain(drain, kube, node, keep)
+                fenced = _cordon_for_drain(drain, kube, node, keep, notes)
             else:
-                node, fenced = _cordon_read_again(drain, kube, node, keep)
+                node, fenced = _cordon_read_again(drain, kube, node, keep, notes)
         cordoned()
         before = drain.watched_pods()  # what the drain plans from: their volumes
         result = drain.evict(node, fenced is Fenced.CORDONED)
@@ -162,27 +166,29 @@ def wait_for_detach(
 
 
 def _cordon_read_again(
-    drain: Drain, kube: Kube, node: JSON, keep: Collection[str]
+    drain: Drain, kube: Kube, node: JSON, keep: Collection[str], notes: marker.Notes | None
 ) -> tuple[JSON, Fenced]:
     """Cordon `node`, read again while it changes under the write (nothing to decide)."""
     for _ in range(NODE_CHANGED_RETRIES):
         try:
-            return node, _cordon_for_drain(drain, kube, node, keep)
+            return node, _cordon_for_drain(drain, kube, node, keep, notes)
         except marker.NodeChanged:
             node = marker.get_node(kube, drain.node_name)
-    return node, _cordon_for_drain(drain, kube, node, keep)
+    return node, _cordon_for_drain(drain, kube, node, keep, notes)
 
 
-def _cordon_for_drain(drain: Drain, kube: Kube, node: JSON, keep: Collection[str]) -> Fenced:
+def _cordon_for_drain(
+    drain: Drain, kube: Kube, node: JSON, keep: Collection[str], notes: marker.Notes | None
+) -> Fenced:
     reason = drain.opts.reason
-    if marker.cordon(kube, node, reason, keep):
+    if marker.cordon(kube, node, reason, keep, notes):
         drain.progress(f"cordoned node {drain.node_name} (reason {reason})")
         if drain.events:
             drain.events.node(node, "Cordoned", f"Cordoned by nodeagent ({reason})")
         return Fenced.CORDONED
     if not marker.NodeFence.of(node).cordoned_by_other:
         return Fenced.KEPT
-    marker.record_drain(kube, node, reason)
+    marker.record_drain(kube, node, reason, notes)
     drain.progress(f"node {drain.node_name} was already cordoned by someone else")
     return Fenced.RECORDED
 
@@ -231,7 +237,7 @@ class FenceExecutor:
         assert decision.reason is not None
         if "spec" not in node:  # not observed yet
             node = marker.get_node(kube, self.cfg.node_name)
-        changed = marker.cordon(kube, node, decision.reason, keep=decision.keep)
+        changed = marker.cordon(kube, node, decision.reason, decision.keep, _notes(decision))
         if changed and decision.event:
             self.events.node(node, "Cordoned", decision.event)
         if decision.condition is not None:
@@ -259,24 +265,26 @@ class FenceExecutor:
         )
         # Draining once the cordon stands: a cordon that finds the Node changed (the
         # decision was made on a stale one) reports nothing it did not do.
+        what = describe(decision)
         result = cordon_then_drain(
             drain,
             node,
             decision.keep,
             ctx,
-            lambda: self.report.set(conditions.draining(reason)),
-            lambda volumes: self._detaching(reason, volumes),
+            lambda: self.report.set(conditions.draining(what)),
+            lambda volumes: self._detaching(reason, what, volumes),
+            _notes(decision),
         )
-        self._record(reason, result, budget)
+        self._record(reason, what, result, budget)
         return result
 
-    def _detaching(self, reason: Reason, volumes: Sequence[str]) -> None:
+    def _detaching(self, reason: Reason, what: str, volumes: Sequence[str]) -> None:
         """The volumes the departure still waits for, in NodeAgentDrained (`status`)."""
         if volumes:
-            self.report.set(conditions.waiting_for_detach(reason, list(volumes)))
+            self.report.set(conditions.waiting_for_detach(what, list(volumes)))
             self.progress(reason, f"waiting for {len(volumes)} volume(s) to detach")
 
-    def _record(self, reason: Reason, result: DrainResult, budget: Budget) -> None:
+    def _record(self, reason: Reason, what: str, result: DrainResult, budget: Budget) -> None:
         log.info(
             "drain for %s: %s in %.2fs (%s)",
             reason,
@@ -288,10 +296,21 @@ class FenceExecutor:
         metrics.DRAIN_SECONDS.observe(result.seconds)
         if result.outcome is DrainOutcome.CANCELLED:
             return  # whoever cancelled it reports what follows
-        self.report.set(outcome_condition(reason, result))
-        if reason is not Reason.EVACUATE:
+        self.report.set(outcome_condition(what, result))
+        if not reason.while_up or budget.final:
             # Before logind or systemd go on and take the network.
             self.report.flush(max(0.1, min(2.0, budget.finish_until - time.monotonic())))
+
+
+def describe(decision: Decision) -> str:
+    """What a drain is for, in the condition: the reason, or the warning in full."""
+    if decision.warning is not None:
+        return decision.warning.describe()
+    return str(decision.reason)
+
+
+def _notes(decision: Decision) -> marker.Notes | None:
+    return marker_notes(decision.warning) if decision.warning is not None else None
 
 
 def kubelet_deletes_note(result: DrainResult) -> str:

@@ -2,7 +2,8 @@
 
 Everything that may change who holds the node arrives here as a `Signal`: logind's
 PrepareForShutdown true and false, SIGTERM, every change of the own Node (an evacuate
-taint added or removed), and the moment after start when the node can run pods again.
+taint added or removed) or of the cloud's early warnings, and the moment after start
+when the node can run pods again.
 One worker takes them in order, observes the Node, asks `decide` what should be, and
 hands that to the executor; their order is the queue's.
 
@@ -27,7 +28,7 @@ from nodeagent.context import Context
 from nodeagent.departure import budget as budgets
 from nodeagent.departure.budget import Budget
 from nodeagent.departure.executor import NODE_CHANGED_RETRIES, FenceExecutor
-from nodeagent.drain.engine import DrainResult
+from nodeagent.drain.engine import DrainOutcome, DrainResult
 from nodeagent.fence import marker
 from nodeagent.fence.decision import (
     Decision,
@@ -38,16 +39,20 @@ from nodeagent.fence.decision import (
     evacuation_asked,
 )
 from nodeagent.fence.reason import Policy, Reason
+from nodeagent.fence.warning import Due, Notice, due
 from nodeagent.kube.client import JSON, Kube, KubeError
 from nodeagent.kube.watch import Reflector
+from nodeagent.report import metrics
 from nodeagent.report.conditions import ConditionWriter
-from nodeagent.report.events import EventRecorder
+from nodeagent.report.events import WARNING, EventRecorder
 
 log = logging.getLogger(__name__)
 
 RETRY_BLOCKED = 30.0  # seconds between drains of a node whose evacuation hit its deadline
 CANCEL_BUDGET = 60.0  # undoing the fence after a cancel (nothing is going down then)
 IDLE_WAKE = 5.0  # the worker beats at least this often while idle
+
+FINISHED_OUTCOMES = (DrainOutcome.DRAINED, DrainOutcome.FORCED)
 
 Redecide = Callable[[JSON], Decision]  # the decision again, on the Node read anew
 
@@ -106,6 +111,11 @@ class Departure:
         self._node: JSON | None = None  # the latest own Node observed
         self._node_queued = False
         self._retry_at = 0.0  # memory the Node cannot hold (see Observed)
+        # The cloud's early warnings as last read (None: not read yet), and which acts.
+        self._notices: tuple[Notice, ...] | None = None
+        self._due = Due(None)
+        # Called with a warning once the node is drained for it (Azure's approval).
+        self.warning_drained: Callable[[Notice], None] = lambda _notice: None
 
     # -- producers (any thread) ---------------------------------------------------
 
@@ -124,7 +134,7 @@ class Departure:
                 self._generation = generation
             self._announced = signal
             running = self._running
-        if running and running.reason is Reason.EVACUATE:
+        if running and running.reason.while_up:
             running.ctx.cancel()  # the shutdown owns the node from here
         self._queue.put(signal)
         return signal
@@ -137,7 +147,7 @@ class Departure:
             self._generation = generation
             self._announced = None
             running = self._running
-        if running and running.reason is not Reason.EVACUATE:
+        if running and not running.reason.while_up:
             running.ctx.cancel()
         self._queue.put(signal)
         return signal
@@ -157,6 +167,58 @@ class Departure:
             running.ctx.cancel()
         if not queued:
             self._queue.put(Signal(Occasion.NODE))
+
+    def warned(self, notices: tuple[Notice, ...]) -> None:
+        """The cloud's early warnings as the metadata endpoint shows them now (every
+        read); never blocks. A change of the warning that acts is decided on at once."""
+        with self._lock:
+            before = self._notices
+            self._notices = notices
+        self._report_notices(before or (), notices)
+        if before is None or {n.event_id for n in before} != {n.event_id for n in notices}:
+            self._warnings_changed()
+        else:
+            self._recheck_warnings()
+
+    def _recheck_warnings(self) -> None:
+        """Decide again when the warning acting now is another one (a scheduled event's
+        lead reached, a rebalance's lifetime over), by time alone."""
+        with self._lock:
+            now_due = due(self._notices or (), self.cfg.warnings, time.time())
+            changed = now_due.warned != self._due.warned
+        if changed:
+            self._warnings_changed()
+
+    def _warnings_changed(self) -> None:
+        with self._lock:
+            self._due = due(self._notices or (), self.cfg.warnings, time.time())
+            warned = self._due.warned
+            running = self._running
+            queued, self._node_queued = self._node_queued, True
+        drains = warned is not None and warned.policy is Policy.DRAIN
+        if running and running.reason is Reason.WARNING and not drains:
+            log.info("the cloud's warning is gone; stopping its drain")
+            running.ctx.cancel()
+        if not queued:
+            self._queue.put(Signal(Occasion.NODE))
+
+    def _report_notices(self, before: tuple[Notice, ...], now: tuple[Notice, ...]) -> None:
+        """An Event and a count for each warning when it appears; an Event when it goes."""
+        node = self._node or {"metadata": {"name": self.cfg.node_name}}
+        events = self.executor.events
+        seen = {n.event_id for n in before}
+        for notice in now:
+            if notice.event_id in seen:
+                continue
+            policy = self.cfg.warnings.policy(notice.kind)
+            log.warning("%s; policy %s", notice.describe(), policy)
+            metrics.CLOUD_WARNINGS.labels(notice.cloud, notice.kind).inc()
+            events.node(node, "CloudWarning", f"{notice.describe()}; policy {policy}", WARNING)
+        current = {n.event_id for n in now}
+        for notice in before:
+            if notice.event_id not in current:
+                log.info("%s is over (canceled, done or gone)", notice.describe())
+                events.node(node, "CloudWarningOver", f"{notice.describe()} is over")
 
     def settled(self, started_at: str, unclean: bool) -> Signal:
         """After start, the node runs pods again: undo the shutdown cordon seen at start."""
@@ -186,6 +248,7 @@ class Departure:
             except queue.Empty:
                 self.beat()
                 self._retry_if_due()
+                self._recheck_warnings()
                 continue
             self.beat()
             try:
@@ -293,18 +356,29 @@ class Departure:
         # fails, and the decision is made again on the Node as the API has it.
         decision = redecide(node)
         if decision.step is not Step.NOTHING:
-            log.info(
-                "evacuate: %s (taint %s, policy %s)",
-                decision.step.value,
-                self._evacuate_taint(node) or "-",
-                self.cfg.evacuate.policy,
-            )
-        evacuation = budgets.evacuation(time.monotonic(), self.cfg.drain.deadline)
-        result = self._apply(decision, ctx.child(), node, budget=evacuation, redecide=redecide)
+            log.info("%s: %s", decision.step.value, decision.why)
+        budget = self._while_up_budget(decision)
+        result = self._apply(decision, ctx.child(), node, budget=budget, redecide=redecide)
         if result is None:
             return
         if result.blocked:  # the deadline passed, or pods are held or stuck
             self._retry_at = time.monotonic() + RETRY_BLOCKED
+        elif decision.warning is not None and result.outcome in FINISHED_OUTCOMES:
+            self._drained_for(decision.warning)
+
+    def _while_up_budget(self, decision: Decision) -> Budget:
+        """An evacuation's time; a warning's, cut to end before the cloud acts."""
+        now = time.monotonic()
+        notice = decision.warning
+        if notice is None or notice.deadline is None:
+            return budgets.evacuation(now, self.cfg.drain.deadline)
+        return budgets.warning(now, self.cfg.drain.deadline, notice.deadline - time.time())
+
+    def _drained_for(self, notice: Notice) -> None:
+        try:
+            self.warning_drained(notice)
+        except Exception as exc:  # the cloud's side; the drain stands either way
+            log.warning("after the drain for %s: %s", notice.describe(), exc)
 
     def _apply(
         self,
@@ -364,8 +438,8 @@ class Departure:
     def _progress(self, reason: Reason, message: str) -> None:
         """A drain's progress: alive for the watchdog and, at shutdown, for systemd."""
         self.beat()
-        if reason is Reason.EVACUATE:
-            log.info("evacuate: %s", message)
+        if reason.while_up:
+            log.info("%s: %s", reason, message)
             return
         self.send(f"STATUS=draining: {message}", "EXTEND_TIMEOUT_USEC=30000000")
         log.info("%s", message)
@@ -396,6 +470,8 @@ class Departure:
             started_at=started_at,
             unclean=unclean,
             retry_pending=time.monotonic() < self._retry_at,
+            warning=self._due.warned,
+            warnings_known=self._notices is not None,
         )
 
     def _evacuate_taint(self, node: JSON) -> str:

@@ -75,6 +75,9 @@ class DrainOptions:
     # drain's start (logind announced the shutdown while the kubelet held its lock): they
     # are taken out at once, deleted where their PDB refuses (Evictor.delete_for_kubelet_shutdown).
     kubelet_kills: bool = False
+    # The node goes at the deadline whatever the reason (a shutdown, or the cloud's warning
+    # whose time cut the drain): evicted pods get no more grace than is left.
+    cut_grace: bool = False
 
 
 class DrainOutcome(StrEnum):
@@ -344,6 +347,7 @@ class Drain:
             self._gone,
             self.events,
             self.progress,
+            cut_grace=self.opts.cut_grace,
         )
         with ThreadPoolExecutor(
             max_workers=max(1, self.opts.concurrency), thread_name_prefix="evict"

@@ -135,8 +135,10 @@ class Evictor:
         gone: Callable[[Eviction], bool],
         events: EventRecorder | None = None,
         progress: Callable[[str], None] = lambda _msg: None,
+        cut_grace: bool = False,
     ) -> None:
-        """`work` is cancelled when the drain is over; `gone` says a pod needs nothing more."""
+        """`work` is cancelled when the drain is over; `gone` says a pod needs nothing more;
+        `cut_grace`: the node goes at the deadline, whatever the reason."""
         self.kube = kube
         self.pods = pods
         self.work = work
@@ -146,7 +148,7 @@ class Evictor:
         self.events = events
         self.progress = progress
         # A node going down takes every pod with it by the deadline: grace is cut to fit.
-        self.cut_grace = reason in GOING_DOWN
+        self.cut_grace = cut_grace or reason in GOING_DOWN
         self.fatal: KubeError | None = None  # what stopped the drain, re-raised by it
         self._pdbs: Reflector | None = None
         self._pdb_generation: Counter[str] = Counter()

@@ -11,7 +11,9 @@ The precedence, highest first:
    cordoned, in which case the cordon is handed over to the evacuation.
 3. The agent just started and the node can run pods again: a shutdown cordon left from
    before is undone (only the very marker seen at start).
-4. The Node as it is now: an evacuate taint fences per its policy; its removal undoes
+4. The cloud's early warning acting now (nodeagent/fence/warning.py) fences per its
+   kind's policy; once it is gone (canceled, over, expired), what it did is undone.
+5. The Node as it is now: an evacuate taint fences per its policy; its removal undoes
    what the evacuation did. A person's cordon is never undone.
 """
 
@@ -31,6 +33,7 @@ from nodeagent.fence.reason import (
     Reason,
     marker_reason,
 )
+from nodeagent.fence.warning import Notice, Warned
 from nodeagent.kube.client import JSON
 from nodeagent.report import conditions
 from nodeagent.report.conditions import Condition
@@ -70,6 +73,14 @@ class Observed:
     unclean: bool = False  # the previous boot ended without a drain (its condition stays)
     # Memory the Node cannot hold: a blocked evacuation waiting for its retry.
     retry_pending: bool = False
+    # The cloud's early warning acting now, if any; `warnings_known` is False until the
+    # metadata endpoint was first read (a warning's fence is not undone before).
+    warning: Warned | None = None
+    warnings_known: bool = True
+
+    @property
+    def warning_fences(self) -> bool:
+        return self.warning is not None and self.warning.policy is not Policy.NONE
 
     @property
     def evacuation_requested(self) -> bool:
@@ -92,6 +103,7 @@ class Decision:
     event: str = ""
     condition: Condition | None = None
     why: str = ""
+    warning: Notice | None = None  # CORDON and DRAIN for the cloud's warning: which
 
 
 NOTHING = Decision(Step.NOTHING)
@@ -125,6 +137,9 @@ def _shutdown(o: Observed) -> Decision:
 
 
 def _cancelled(o: Observed) -> Decision:
+    if o.warning is not None and o.warning_fences:
+        # The warning holds the fence; its drain, if it asks one, follows as a NODE step.
+        return _warning_cordon(o.warning.notice, "shutdown cancelled; cloud warning")
     if o.evacuation_requested:
         # Rewrite the marker to the evacuation's, so the shutdown's cordon of this boot
         # is not kept as one that is still going down.
@@ -141,7 +156,7 @@ def _cancelled(o: Observed) -> Decision:
 def _settled(o: Observed) -> Decision:
     fence = o.fence
     reason = _shutdown_reason(fence)
-    if reason is None or o.evacuation_requested:
+    if reason is None or o.evacuation_requested or o.warning_fences:
         return Decision(Step.NOTHING, why="no shutdown cordon to undo")
     message = f"Uncordoned after {reason}"
     return Decision(
@@ -156,6 +171,18 @@ def _settled(o: Observed) -> Decision:
 
 def _node(o: Observed) -> Decision:
     fence = o.fence
+    if o.warning is not None and o.warning_fences:
+        return _warned(o, o.warning)
+    if fence.reason == Reason.WARNING and not o.warnings_known:
+        return Decision(Step.NOTHING, why="a warning's fence; the endpoint not read yet")
+    if fence.reason == Reason.WARNING and not o.taint:
+        return Decision(
+            Step.UNCORDON,
+            undo=frozenset({Reason.WARNING}),
+            event="Cloud warning over; uncordoned",
+            condition=conditions.not_draining("Cloud warning over"),
+            why="the cloud's warning is gone",
+        )
     if not o.taint:
         # The agent's evacuate cordon, or its record of an evacuation under a person's
         # cordon (the executor clears the record and leaves that cordon).
@@ -190,6 +217,38 @@ def _node(o: Observed) -> Decision:
         return NOTHING  # the last drain hit its deadline; the retry comes back to it
     return Decision(
         Step.DRAIN, Reason.EVACUATE, keep=GOING_DOWN, why=f"taint {o.taint}, policy Evacuate"
+    )
+
+
+def _warned(o: Observed, warned: Warned) -> Decision:
+    """The fence the warning acting now asks for (an evacuate taint waits behind it)."""
+    fence, notice = o.fence, warned.notice
+    if warned.policy is Policy.CORDON:
+        if fence.cordoned_by_other or (fence.unschedulable and fence.reason == Reason.WARNING):
+            return NOTHING
+        return _warning_cordon(notice, f"{notice.describe()}: policy cordon")
+    done = fence.result in FINISHED and fence.warning_id == notice.event_id
+    if fence.unschedulable and fence.reason == Reason.WARNING and done:
+        return NOTHING  # drained for this very warning
+    if o.retry_pending:
+        return NOTHING  # the last drain hit its deadline; the retry comes back to it
+    return Decision(
+        Step.DRAIN,
+        Reason.WARNING,
+        keep=GOING_DOWN,
+        warning=notice,
+        why=f"{notice.describe()}: policy drain",
+    )
+
+
+def _warning_cordon(notice: Notice, why: str) -> Decision:
+    return Decision(
+        Step.CORDON,
+        Reason.WARNING,
+        keep=GOING_DOWN,
+        event=f"Cordoned by nodeagent ({notice.describe()})",
+        warning=notice,
+        why=why,
     )
 
 

@@ -14,7 +14,7 @@ starts and would treat the node as its own scale-down; see docs/architecture.md.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, api_stamp, node_path
@@ -29,7 +29,22 @@ DRAIN_RESULT = PREFIX + "drain-result"
 EXCLUDED_LB = PREFIX + "excluded-from-lb"
 # The boot the agent last started in: a new one without a drain record was unclean.
 LAST_BOOT_ID = PREFIX + "last-boot-id"
-MARKER_KEYS = (CORDONED_BY, DRAIN_REASON, DRAIN_STARTED_AT, BOOT_ID, DRAIN_RESULT, EXCLUDED_LB)
+# A drain for the cloud's early warning: which warning, the cloud's event ID, and when the
+# cloud acts (RFC 3339; absent when it did not say). nodeagent/fence/warning.py.
+WARNING = PREFIX + "warning"
+WARNING_ID = PREFIX + "warning-id"
+WARNING_DEADLINE = PREFIX + "warning-deadline"
+WARNING_KEYS = (WARNING, WARNING_ID, WARNING_DEADLINE)
+MARKER_KEYS = (
+    CORDONED_BY,
+    DRAIN_REASON,
+    DRAIN_STARTED_AT,
+    BOOT_ID,
+    DRAIN_RESULT,
+    EXCLUDED_LB,
+    *WARNING_KEYS,
+)
+Notes = Mapping[str, str]  # marker keys written beside the reason (the warning's)
 # Cloud service controllers and the AWS load balancer controller drop a node carrying it
 # from their target sets (aws-node-termination-handler's --exclude-from-load-balancers).
 EXCLUDE_LB_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
@@ -69,6 +84,7 @@ class NodeFence:
     boot_id: str
     result: str
     excluded_lb: bool = False  # the agent set EXCLUDE_LB_LABEL with this cordon
+    warning_id: str = ""  # the cloud event a warning's drain was for
 
     @classmethod
     def of(cls, node: JSON) -> NodeFence:
@@ -81,6 +97,7 @@ class NodeFence:
             boot_id=ann.get(BOOT_ID, ""),
             result=ann.get(DRAIN_RESULT, ""),
             excluded_lb=ann.get(EXCLUDED_LB) == "true",
+            warning_id=ann.get(WARNING_ID, ""),
         )
 
     @property
@@ -112,7 +129,9 @@ def boot_id(node: JSON) -> str:
     return str(((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or "")
 
 
-def cordon(kube: Kube, node: JSON, reason: str, keep: Collection[str] = ()) -> bool:
+def cordon(
+    kube: Kube, node: JSON, reason: str, keep: Collection[str] = (), notes: Notes | None = None
+) -> bool:
     """Cordon `node` for `reason`, writing the marker in the same patch.
 
     Returns False (and writes nothing) when someone else already cordoned it: the
@@ -120,7 +139,7 @@ def cordon(kube: Kube, node: JSON, reason: str, keep: Collection[str] = ()) -> b
     drain). Likewise for the agent's own cordon when its reason is in `keep` and it was
     written in this boot. The patch carries the observed resourceVersion, so a concurrent
     cordon is not overwritten: raises NodeChanged when the Node moved on since `node` was
-    read.
+    read. `notes`: the warning's keys, written with the reason (the others are cleared).
     """
     fence = NodeFence.of(node)
     if fence.cordoned_by_other:
@@ -128,7 +147,7 @@ def cordon(kube: Kube, node: JSON, reason: str, keep: Collection[str] = ()) -> b
     if fence.cordoned_by_agent and fence.reason in keep and fence.boot_id == boot_id(node):
         return False
     ours = excludes_lb(node)
-    patch = _drain_record(node, reason)
+    patch = _drain_record(node, reason, notes)
     patch["metadata"]["annotations"] |= {CORDONED_BY: AGENT, EXCLUDED_LB: "true" if ours else None}
     patch["spec"] = {"unschedulable": True}
     if ours:
@@ -137,16 +156,16 @@ def cordon(kube: Kube, node: JSON, reason: str, keep: Collection[str] = ()) -> b
     return True
 
 
-def record_drain(kube: Kube, node: JSON, reason: str) -> None:
+def record_drain(kube: Kube, node: JSON, reason: str, notes: Notes | None = None) -> None:
     """Note a drain for `reason` under someone else's cordon, before it evicts: the
     marker's drain keys without CORDONED_BY (the cordon stays theirs), so the Node, not
     the agent's memory, says that an evacuation already drained there, and its undo
     (`uncordon` with `only_reasons`) clears the record and leaves the cordon. Guarded by
     the resourceVersion like `cordon`."""
-    _guarded_patch(kube, node, _drain_record(node, reason))
+    _guarded_patch(kube, node, _drain_record(node, reason, notes))
 
 
-def _drain_record(node: JSON, reason: str) -> JSON:
+def _drain_record(node: JSON, reason: str, notes: Notes | None) -> JSON:
     return {
         "metadata": {
             "resourceVersion": node["metadata"]["resourceVersion"],
@@ -155,6 +174,8 @@ def _drain_record(node: JSON, reason: str) -> JSON:
                 DRAIN_STARTED_AT: api_stamp(),
                 BOOT_ID: boot_id(node),
                 DRAIN_RESULT: None,
+                **dict.fromkeys(WARNING_KEYS),
+                **(notes or {}),
             },
         },
     }

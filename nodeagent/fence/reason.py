@@ -24,6 +24,7 @@ class Reason(StrEnum):
     REMOVE = "remove"  # the agent's package is being removed
     UNKNOWN = "unknown"  # nothing told why
     EVACUATE = "evacuate"  # an evacuate taint
+    WARNING = "warning"  # the cloud's early warning (nodeagent/fence/warning.py)
 
     @property
     def going_down(self) -> bool:
@@ -34,6 +35,12 @@ class Reason(StrEnum):
     def shutdown(self) -> bool:
         """A cordon taken for the node or the agent going away, undone after it."""
         return self in SHUTDOWN_REASONS
+
+    @property
+    def while_up(self) -> bool:
+        """A fence the Node or the cloud asks for while the machine runs on: a shutdown
+        pre-empts its drain, and its own undo is the taint's or the warning's end."""
+        return self in WHILE_UP
 
 
 class Policy(StrEnum):
@@ -52,6 +59,26 @@ class EvacuatePolicy(StrEnum):
     IGNORE = "Ignore"
 
 
+class Cloud(StrEnum):
+    """Where the node runs, as far as its early warnings go (``[warnings] cloud``)."""
+
+    AUTO = "auto"  # told by the node's own DMI strings (nodeagent/cloud/detect.py)
+    AWS = "aws"
+    GCP = "gcp"
+    AZURE = "azure"
+    OFF = "off"
+
+
+class WarningKind(StrEnum):
+    """What a cloud's early warning announces; each kind has its ``[warnings]`` policy."""
+
+    INTERRUPTION = "interruption"  # AWS Spot interruption, GCP preemption, Azure Preempt
+    TERMINATION = "termination"  # AWS Auto Scaling Terminated, Azure Terminate
+    MAINTENANCE = "maintenance"  # AWS scheduled events, Azure Reboot/Redeploy, GCP terminate
+    MIGRATION = "migration"  # GCP live migration, Azure Freeze: the VM pauses and stays
+    REBALANCE = "rebalance"  # AWS rebalance recommendation: a risk, not a departure
+
+
 class FinishedPods(StrEnum):
     """What a drain does with Succeeded and Failed pods (nodeagent/drain/podfilter.py)."""
 
@@ -63,6 +90,7 @@ GOING_DOWN = frozenset(
     {Reason.POWEROFF, Reason.REBOOT, Reason.HALT, Reason.KEXEC, Reason.SOFT_REBOOT}
 )
 SHUTDOWN_REASONS = GOING_DOWN | {Reason.STOP}
+WHILE_UP = frozenset({Reason.EVACUATE, Reason.WARNING})
 
 
 def marker_reason(text: str) -> Reason | None:

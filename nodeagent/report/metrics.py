@@ -358,6 +358,21 @@ PDBS_UNREADABLE = Metric(
     "1 once listing PodDisruptionBudgets was refused (403): refused evictions are retried "
     "on backoff",
 )
+# The cloud's early warnings (nodeagent/cloud/): each notice once, by cloud and kind; each
+# answer of the metadata endpoint not believed, by error (timeout, unreachable, http,
+# malformed, token, implausible, other-vm).
+CLOUD_WARNINGS = Metric(
+    Kind.COUNTER,
+    "nodeagent_cloud_warnings",
+    "Early warnings the cloud's metadata endpoint announced",
+    ("cloud", "kind"),
+)
+METADATA_ERRORS = Metric(
+    Kind.COUNTER,
+    "nodeagent_cloud_metadata_errors",
+    "Answers of the cloud's metadata endpoint the agent did not act on",
+    ("cloud", "error"),
+)
 
 POD_REJECTIONS = Metric(
     Kind.COUNTER, "nodeagent_pod_rejections", "Pods the kubelet rejected at admission", ("reason",)

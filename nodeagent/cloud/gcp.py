@@ -1,0 +1,105 @@
+"""GCP: the early warnings Compute Engine's metadata server shows the VM.
+
+Two keys under ``/computeMetadata/v1/instance/``, read with ``Metadata-Flavor: Google``
+(cloud.google.com/compute/docs/metadata/querying-metadata, .../getting-live-migration-notice):
+
+- ``maintenance-event``: ``NONE``, ``MIGRATE_ON_HOST_MAINTENANCE`` (live migration: the VM
+  pauses and stays) or ``TERMINATE_ON_HOST_MAINTENANCE`` (the VM stops; 60 s ahead, an
+  hour for GPU VMs), back to ``NONE`` when over. It is long-polled
+  (``?wait_for_change=true&last_etag=``), so a change is heard at once; Compute Engine
+  sends the live-migration notice only to a VM that read the key since the last event.
+- ``preempted``: ``TRUE`` once a Spot or preemptible VM is being preempted (ACPI soft
+  off, then 30 s to hard off).
+"""
+
+from __future__ import annotations
+
+from nodeagent.cloud.http import Error, MetadataError, Reply, request, unexpected
+from nodeagent.fence.reason import Cloud, WarningKind
+from nodeagent.fence.warning import Notice
+
+BASE = "http://169.254.169.254"
+MAINTENANCE = "/computeMetadata/v1/instance/maintenance-event"
+PREEMPTED = "/computeMetadata/v1/instance/preempted"
+HEADERS = {"Metadata-Flavor": "Google"}
+WAIT_SECONDS = 5  # a long poll's own end: the preempted key is read between polls
+TERMINATE_NOTICE = 60.0  # seconds from a TERMINATE maintenance event to the stop
+PREEMPT_NOTICE = 30.0  # seconds from preemption to hard off
+MAINTENANCE_VALUES = {
+    "NONE": None,
+    "MIGRATE_ON_HOST_MAINTENANCE": WarningKind.MIGRATION,
+    "TERMINATE_ON_HOST_MAINTENANCE": WarningKind.MAINTENANCE,
+    # The name Google's own sample code uses for the same event.
+    "SHUTDOWN_ON_HOST_MAINTENANCE": WarningKind.MAINTENANCE,
+}
+
+
+def maintenance_notice(value: str, since: float) -> Notice | None:
+    text = value.strip()
+    if text not in MAINTENANCE_VALUES:
+        raise MetadataError(Error.MALFORMED, f"{MAINTENANCE}: unknown value {text[:60]!r}")
+    kind = MAINTENANCE_VALUES[text]
+    if kind is None:
+        return None
+    deadline = since + TERMINATE_NOTICE if kind is WarningKind.MAINTENANCE else None
+    return Notice(Cloud.GCP, kind, f"maintenance-{text.lower()}", text, deadline, since)
+
+
+def preempted_notice(value: str, since: float) -> Notice | None:
+    text = value.strip()
+    if text not in ("TRUE", "FALSE"):
+        raise MetadataError(Error.MALFORMED, f"{PREEMPTED}: unknown value {text[:60]!r}")
+    if text == "FALSE":
+        return None
+    return Notice(
+        Cloud.GCP,
+        WarningKind.INTERRUPTION,
+        "preempted",
+        "preempted",
+        since + PREEMPT_NOTICE,
+        since,
+    )
+
+
+class GceMetadata:
+    """Long-polls maintenance-event, reads preempted between polls."""
+
+    interval = 0.0  # the long poll is the wait
+
+    def __init__(self, base: str = "") -> None:
+        self.base = (base or BASE).rstrip("/")
+        self._etag = ""
+        self._first_seen: dict[str, float] = {}
+
+    def read(self, now: float) -> list[Notice]:
+        maintenance = self._maintenance()
+        preempted = self._get(PREEMPTED).body
+        notices = [
+            maintenance_notice(maintenance, self._seen(f"m:{maintenance.strip()}", now)),
+            preempted_notice(preempted, self._seen(f"p:{preempted.strip()}", now)),
+        ]
+        return [n for n in notices if n is not None]
+
+    def _seen(self, key: str, now: float) -> float:
+        return self._first_seen.setdefault(key, now)
+
+    def _maintenance(self) -> str:
+        path = MAINTENANCE
+        timeout = 2.0
+        if self._etag:
+            path += f"?wait_for_change=true&last_etag={self._etag}&timeout_sec={WAIT_SECONDS}"
+            timeout += WAIT_SECONDS
+        reply = self._get(path, timeout)
+        self._etag = reply.headers.get("etag", "")
+        return reply.body
+
+    def _get(self, path: str, timeout: float = 2.0) -> Reply:
+        reply = request(self.base, path, headers=HEADERS, timeout=timeout)
+        if reply.status != 200:
+            if reply.status == 503:  # during maintenance itself (Google's sample retries)
+                raise MetadataError(Error.HTTP, f"{path}: HTTP 503, the server is busy")
+            raise unexpected(reply, path)
+        return reply
+
+    def approve(self, notice: Notice) -> None:
+        """Compute Engine takes no approval from the VM."""

@@ -1,0 +1,132 @@
+"""A cloud's early warning as the fence reads it, and which one acts now: pure, no I/O.
+
+The readers in nodeagent/cloud/ turn what the node's metadata endpoint says into
+`Notice`s; `due` picks the one that acts at a given time under the ``[warnings]`` policies
+(the strongest policy, then the soonest deadline). A scheduled event acts only from its
+start less the configured lead, so a node told days ahead keeps serving until then; a
+rebalance recommendation, which never ends by itself, acts only for its configured
+lifetime, so no node stays cordoned for a warning that did not come true. A notice gone
+from the endpoint (canceled, completed, or over) is simply absent: the decision then undoes
+what the warning did (nodeagent/fence/decision.py).
+
+Times here are wall-clock epoch seconds: the cloud states them that way.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from nodeagent.config import WarningsConfig
+from nodeagent.fence import marker
+from nodeagent.fence.reason import Cloud, Policy, WarningKind
+
+# The strongest policy acts when two warnings are due at once.
+_STRENGTH = {Policy.NONE: 0, Policy.CORDON: 1, Policy.DRAIN: 2}
+# A notice whose times are this far from the node's clock is not believed: a stale or
+# garbled answer, or a clock far off, must never drain a node.
+PAST_LIMIT = 3600.0  # its deadline passed this long ago
+FUTURE_LIMIT = {  # its deadline this far ahead (a scheduled event may be weeks away)
+    WarningKind.INTERRUPTION: 3600.0,
+    WarningKind.TERMINATION: 3 * 3600.0,
+    WarningKind.MIGRATION: 7 * 86400.0,
+    WarningKind.MAINTENANCE: 60 * 86400.0,
+    WarningKind.REBALANCE: 86400.0,
+}
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One warning the endpoint shows now."""
+
+    cloud: Cloud
+    kind: WarningKind
+    event_id: str  # the cloud's ID, or one derived from the notice (stable across polls)
+    what: str  # the cloud's own words: "spot terminate", "system-reboot", "Preempt"
+    deadline: float | None  # when the cloud acts (epoch seconds); None: not said
+    since: float  # when the notice was issued, or first seen (epoch seconds)
+    # Azure: the event names this VM alone, so approving it starts nothing for another VM.
+    approvable: bool = False
+
+    def describe(self) -> str:
+        """For the condition, Events and the log: what, which event, by when."""
+        at = f", at {stamp(self.deadline)}" if self.deadline is not None else ""
+        return f"{self.cloud} {self.kind} warning ({self.what}, event {self.event_id}{at})"
+
+
+def marker_notes(notice: Notice) -> dict[str, str]:
+    """The marker's warning keys for a fence taken for `notice`."""
+    notes = {marker.WARNING: f"{notice.cloud} {notice.kind}", marker.WARNING_ID: notice.event_id}
+    if notice.deadline is not None:
+        notes[marker.WARNING_DEADLINE] = stamp(notice.deadline)
+    return notes
+
+
+@dataclass(frozen=True)
+class Warned:
+    """The warning that acts now, with what its kind's policy asks."""
+
+    notice: Notice
+    policy: Policy
+
+
+@dataclass(frozen=True)
+class Due:
+    """What `due` found: the warning that acts now (if any), those that act later, and
+    when the answer next changes by time alone (math.inf: not by time)."""
+
+    warned: Warned | None
+    later: tuple[Notice, ...] = ()
+    next_change: float = math.inf
+
+
+def stamp(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def window(notice: Notice, cfg: WarningsConfig) -> tuple[float, float]:
+    """From when to when `notice` acts (epoch seconds)."""
+    start = -math.inf
+    end = math.inf
+    if notice.kind is WarningKind.MAINTENANCE and notice.deadline is not None:
+        start = notice.deadline - cfg.maintenance_lead
+    if notice.kind is WarningKind.REBALANCE:
+        end = notice.since + cfg.rebalance_lifetime
+    return start, end
+
+
+def due(notices: Iterable[Notice], cfg: WarningsConfig, now: float) -> Due:
+    """The warning acting at `now`: the strongest policy, then the soonest deadline."""
+    acting: list[Warned] = []
+    later: list[Notice] = []
+    next_change = math.inf
+    for notice in notices:
+        start, end = window(notice, cfg)
+        if now < start:
+            later.append(notice)
+            next_change = min(next_change, start)
+        elif now < end:
+            acting.append(Warned(notice, cfg.policy(notice.kind)))
+            next_change = min(next_change, end)
+    if not acting:
+        return Due(None, tuple(later), next_change)
+    first = max(acting, key=lambda w: (_STRENGTH[w.policy], -_deadline(w.notice)))
+    return Due(first, tuple(later), next_change)
+
+
+def _deadline(notice: Notice) -> float:
+    return notice.deadline if notice.deadline is not None else math.inf
+
+
+def implausible(notice: Notice, now: float) -> str:
+    """Why `notice` is not to be believed at `now`, or "" (a clock far off, a stale one)."""
+    if notice.deadline is None:
+        return ""
+    if notice.deadline < now - PAST_LIMIT:
+        return f"its time {stamp(notice.deadline)} passed more than {PAST_LIMIT:.0f}s ago"
+    limit = FUTURE_LIMIT[notice.kind]
+    if notice.deadline > now + limit:
+        return f"its time {stamp(notice.deadline)} is more than {limit:.0f}s ahead"
+    return ""
