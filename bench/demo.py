@@ -30,6 +30,7 @@ if __package__ in (None, ""):  # run as a script: the checkout is the import roo
 
 from bench.departure_metrics import summarize
 from bench.departure_scene import CONFIGS, Kind, Scene
+from hack.kubeutil import WaitTimeout
 from hack.localcluster.cluster import Cluster, ClusterError
 from hack.nspawn import realtime
 
@@ -201,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with control_plane(root) as cluster:
             cells = [departure(cluster, root, config) for config in ("nodeagent", "none")]
-    except (ClusterError, RuntimeError, TimeoutError) as exc:
+    except (ClusterError, RuntimeError, TimeoutError, WaitTimeout) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     say(f"\n{BOLD}== the same poweroff, the same traffic{OFF}")
