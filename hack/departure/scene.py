@@ -23,7 +23,6 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from bench import agent_daemonset
 from hack import kubeutil as ku
 from hack.deb import VERBOSE_DROPIN, build_deb, dpkg_offline
 from hack.localcluster.cluster import Cluster
@@ -32,6 +31,7 @@ from hack.localcluster.procs import free_ports
 from hack.nspawn import realtime
 from hack.realnode import NodeError, NodeOptions, RealNode, stateful
 from hack.realnode import csi as realcsi
+from hack.realnode import daemonset as agent_daemonset
 from hack.realnode.config import CgroupDriver
 from hack.realnode.images import TEST_IMAGE
 from hack.realnode.paths import REPO
@@ -70,7 +70,7 @@ class Kind(Enum):
     ROLLING_REBOOT = "rolling-reboot"  # both nodes, one after the other, as an OS-update wave
     SIGTERM_IGNORING = "sigterm-ignoring"  # a poweroff with a pod that ignores SIGTERM
     STOP = "stop"  # systemctl stop nodeagent, then maintenance of the node's runtime
-    # A poweroff with the agent in its DaemonSet form (bench/agent_daemonset.py).
+    # A poweroff with the agent in its DaemonSet form (hack/realnode/daemonset.py).
     DAEMONSET_POWEROFF = "daemonset-poweroff"
     # `systemctl start poweroff.target`: the job queued without logind, so no
     # PrepareForShutdown and no delay lock; the agent hears only its SIGTERM.
@@ -484,7 +484,7 @@ class Scene:
     # ---- the departure -------------------------------------------------------------------
 
     def loadgen(self, *args: str, out: Path) -> subprocess.Popen[bytes]:
-        cmd = self.client.command(sys.executable, "-m", "bench.loadgen", *args)
+        cmd = self.client.command(sys.executable, "-m", "hack.departure.loadgen", *args)
         with out.open("wb") as f:
             return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO)
 
