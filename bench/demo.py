@@ -28,7 +28,8 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: the checkout is the import root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hack.departure.scene import CONFIGS, Kind, Scene
+from hack.departure.kinds import CONFIGS, Kind
+from hack.departure.scene import Scene
 from hack.departure.summary import summarize
 from hack.kubeutil import WaitTimeout
 from hack.localcluster.cluster import Cluster, ClusterError

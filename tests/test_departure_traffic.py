@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from hack import kubeutil as ku
-from hack.departure.scene import CONFIGS, Kind, Scene
+from hack.departure.kinds import CONFIGS, Kind
+from hack.departure.scene import Scene
 from hack.departure.summary import summarize
 from hack.realnode import host as realhost
 from hack.realnode.traffic import netns_leftovers

@@ -19,17 +19,17 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from hack import kubeutil as ku
 from hack.deb import VERBOSE_DROPIN, build_deb, dpkg_offline
+from hack.departure.kinds import Config, Kind
 from hack.localcluster.cluster import Cluster
 from hack.localcluster.kubeapi import ApiError
 from hack.localcluster.procs import free_ports
 from hack.nspawn import realtime
-from hack.realnode import NodeError, NodeOptions, RealNode, stateful
+from hack.realnode import NodeError, RealNode, stateful
 from hack.realnode import csi as realcsi
 from hack.realnode import daemonset as agent_daemonset
 from hack.realnode.config import CgroupDriver
@@ -38,7 +38,6 @@ from hack.realnode.paths import REPO
 from hack.realnode.traffic import ClientError, ClientNet
 from hack.realnode.workload import PORT, WORKLOAD_IMAGE, import_into
 
-GROUP_LABEL = "test.nodeagent.io/group"
 DND = "karpenter.sh/do-not-disrupt"
 EVACUATE_TAINT = "nodeagent.io/evacuate"  # the agent's default evacuate.taints
 APP = "web"
@@ -63,69 +62,11 @@ POLL_S = 0.5
 STATEFUL_WAIT_S = 60.0
 
 
-class Kind(Enum):
-    POWEROFF = "poweroff"
-    EVACUATE = "evacuate"
-    REBOOT = "reboot"  # systemctl reboot; the node comes back and takes pods again
-    ROLLING_REBOOT = "rolling-reboot"  # both nodes, one after the other, as an OS-update wave
-    SIGTERM_IGNORING = "sigterm-ignoring"  # a poweroff with a pod that ignores SIGTERM
-    STOP = "stop"  # systemctl stop nodeagent, then maintenance of the node's runtime
-    # A poweroff with the agent in its DaemonSet form (hack/realnode/daemonset.py).
-    DAEMONSET_POWEROFF = "daemonset-poweroff"
-    # `systemctl start poweroff.target`: the job queued without logind, so no
-    # PrepareForShutdown and no delay lock; the agent hears only its SIGTERM.
-    POWEROFF_TARGET = "poweroff-target"
-
-
 # The sigterm-ignoring kind's pod: PID 1 without a handler, a grace far past any deadline.
 STUBBORN = "trap '' TERM; while true; do sleep 1; done"
 STUBBORN_GRACE_S = 300
 # The stop kind's maintenance: the runtime down this long (its containers stopped).
 MAINTENANCE_S = 10.0
-
-
-@dataclass(frozen=True)
-class GracefulShutdown:
-    """The kubelet's graceful node shutdown: its whole time and the critical pods' share."""
-
-    seconds: int
-    critical_seconds: int
-
-
-# The defaults that managed platforms turn on (kOps 30/10; GKE 30/15, its Spot pools' and
-# nodes' default; EKS's Amazon Linux 2023 nodes from Kubernetes 1.34: 150/30).
-GNS = {
-    "gns": GracefulShutdown(30, 10),
-    "gns-gke": GracefulShutdown(30, 15),
-    "gns-eks": GracefulShutdown(150, 30),
-}
-
-
-@dataclass(frozen=True)
-class Config:
-    name: str
-    agent: bool
-    gns: GracefulShutdown | None = None
-
-    def node_options(self, group: str, driver: CgroupDriver = "cgroupfs") -> NodeOptions:
-        gns = self.gns or GracefulShutdown(0, 0)
-        return NodeOptions(
-            labels={GROUP_LABEL: group},
-            shutdown_grace=gns.seconds,
-            shutdown_grace_critical=gns.critical_seconds,
-            cgroup_driver=driver,
-        )
-
-
-CONFIGS = {
-    c.name: c
-    for c in (
-        Config("none", agent=False),
-        Config("nodeagent", agent=True),
-        *(Config(name, agent=False, gns=gns) for name, gns in GNS.items()),
-        *(Config(f"nodeagent+{name}", agent=True, gns=gns) for name, gns in GNS.items()),
-    )
-}
 
 
 def agent_config(node: str, extra: str = "") -> str:
@@ -164,7 +105,7 @@ def container() -> dict[str, Any]:
 
 def pod_spec(group: str, **extra: Any) -> dict[str, Any]:
     return {
-        "nodeSelector": {GROUP_LABEL: group},
+        "nodeSelector": {ku.GROUP_LABEL: group},
         "terminationGracePeriodSeconds": GRACE_S,
         # The local control plane publishes no root CA: no token volume.
         "automountServiceAccountToken": False,
