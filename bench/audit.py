@@ -15,8 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-DRAINERS = "bench:drainers"
-SIM_USER = "admin"  # the kubelet simulator's identity (hack/localcluster, admin kubeconfig)
+from hack.fleet.apiusage import DRAINERS, SIM_USER
+
 # The drainers' requests, and the simulator's pod DELETEs: its last one (grace 0, after the
 # containers stopped) is when a pod is gone, which times the wait for the last pod.
 POLICY = f"""apiVersion: audit.k8s.io/v1

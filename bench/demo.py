@@ -4,7 +4,7 @@
 
 Two real nodes (kubelet and containerd in systemd-nspawn), a Service of four pods spread over
 them, a client sending ~50 requests/s and a few 20 s requests through a real kube-proxy
-(bench/departure_scene.py). Node A powers off twice: first with the agent installed from its
+(hack/departure/scene.py). Node A powers off twice: first with the agent installed from its
 .deb, then, on fresh nodes, without it. While each departure happens it prints what the
 agent logs, the pods that go and the replacements that become Ready, and the requests so far;
 then the totals side by side.
@@ -28,8 +28,10 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: the checkout is the import root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.departure_metrics import summarize
-from bench.departure_scene import CONFIGS, Kind, Scene
+from hack.departure.kinds import CONFIGS, Kind
+from hack.departure.scene import Scene
+from hack.departure.summary import summarize
+from hack.kubeutil import WaitTimeout
 from hack.localcluster.cluster import Cluster, ClusterError
 from hack.nspawn import realtime
 
@@ -201,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with control_plane(root) as cluster:
             cells = [departure(cluster, root, config) for config in ("nodeagent", "none")]
-    except (ClusterError, RuntimeError, TimeoutError) as exc:
+    except (ClusterError, RuntimeError, TimeoutError, WaitTimeout) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     say(f"\n{BOLD}== the same poweroff, the same traffic{OFF}")

@@ -6,7 +6,7 @@
 Each cell boots two real nodes (hack/realnode) with a configuration, spreads the service
 (hack/workload) over them behind a ClusterIP Service, sends ~50 requests/s through a real
 kube-proxy (hack/realnode/traffic.py) plus long requests, and makes one node leave
-(bench/departure_scene.py). It prints one row per cell; --json writes them all.
+(hack/departure/scene.py). It prints one row per cell; --json writes them all.
 
 kinds: poweroff (systemctl poweroff on the node), evacuate (the evacuate taint; the node is
 powered off once drained, or after 15 s without the agent, as an autoscaler would), reboot
@@ -17,7 +17,7 @@ poweroff while a pod that ignores SIGTERM, with a 300 s grace, runs on the node)
 for 10 s and started again, as an upgrade of the runtime does), daemonset-poweroff (a
 poweroff with the agent in its DaemonSet form: the image of hack/build-image imported into
 each node's containerd, the Helm chart rendered for the kubelet identity with the chart's
-defaults otherwise, bench/agent_daemonset.py; without an agent the same as poweroff),
+defaults otherwise, hack/realnode/daemonset.py; without an agent the same as poweroff),
 poweroff-target (`systemctl start poweroff.target` on the node: the shutdown is queued
 without logind, so there is no PrepareForShutdown and no delay lock to hold it; the agent
 hears its SIGTERM with the poweroff.target job queued and drains on that path, while every
@@ -56,8 +56,9 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: the checkout is the import root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.departure_metrics import summarize
-from bench.departure_scene import CONFIGS, Kind, Scene
+from hack.departure.kinds import CONFIGS, Kind
+from hack.departure.scene import Scene
+from hack.departure.summary import summarize
 from hack.localcluster.cluster import Cluster, ClusterError
 from hack.realnode import csi as realcsi
 from hack.realnode import stateful

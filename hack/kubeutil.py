@@ -24,16 +24,25 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
-def wait_until(check: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:
-    """Poll `check` until it returns something truthy (the harness only; the agent watches)."""
+class WaitTimeout(AssertionError):
+    """A wait ran out. An AssertionError, so that a test fails on it as on an assert; a class
+    of its own, so that a benchmark or the demo can catch a wait that ran out and no other
+    failed check."""
+
+
+def wait_until(
+    check: Callable[[], Any], timeout: float = 30.0, what: str = "", step: float = 0.1
+) -> Any:
+    """Poll `check` every `step` seconds until it returns something truthy, and return that
+    (the harness only; the agent watches)."""
     end = time.monotonic() + timeout
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or check}")
-        time.sleep(0.1)
+            raise WaitTimeout(f"timed out after {timeout}s waiting for {what or check}")
+        time.sleep(step)
 
 
 def run_agent(

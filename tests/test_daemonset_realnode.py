@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-import bench.agent_daemonset as ds
 import tests.test_chart as chart
 import tests.test_realnode as realnode
 from hack import kubeutil as ku
 from hack.chart import kubectl, privileged_namespace
 from hack.localcluster.procs import free_ports
 from hack.realnode import RealNode
+from hack.realnode import daemonset as ds
 from nodeagent.fence.marker import DRAIN_RESULT
 from nodeagent.kube.client import JSON, Kube
 

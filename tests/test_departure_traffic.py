@@ -4,7 +4,7 @@ Two real nodes (hack/realnode) with the agent installed from its package; the se
 (hack/workload: readiness probe, preStop pause, graceful shutdown, a 20 s endpoint) spread
 over them behind a ClusterIP Service and a PDB, one do-not-disrupt pod on the leaving node;
 a client namespace whose real kube-proxy runs as the staying node sends ~50 requests/s
-(new connections and keep-alive) and long requests (bench/departure_scene.py). The leaving
+(new connections and keep-alive) and long requests (hack/departure/scene.py). The leaving
 node powers off, or is tainted for evacuation and powered off once drained: no request may
 fail and no long request may be cut. How long it takes is the benchmark's business
 (bench/departure.py), not this test's.
@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 
-from bench.departure_metrics import summarize
-from bench.departure_scene import CONFIGS, Kind, Scene
 from hack import kubeutil as ku
+from hack.departure.kinds import CONFIGS, Kind
+from hack.departure.scene import Scene
+from hack.departure.summary import summarize
 from hack.realnode import host as realhost
 from hack.realnode.traffic import netns_leftovers
 

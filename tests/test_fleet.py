@@ -1,10 +1,11 @@
 """A fleet of resident agents at a size CI can carry (bench/fleet.py measures 100).
 
-A cluster of its own, with the audit log of bench/apiusage.py, a small API server and
-every agent (one `nodeagent run` per simulated node, each as its node) in a priority level
-of one share that rejects what does not fit: all agents started at once get 429s from API
-Priority and Fairness. Each must wait them out: every agent ready, none exiting (the bench starts
-an agent that exits again and counts it), then every node of an evacuation wave drained.
+A cluster of its own (hack/fleet/scene.py, as the bench's), with the audit log of
+hack/fleet/apiusage.py, a small API server and every agent (one `nodeagent run` per
+simulated node, each as its node) in a priority level of one share that rejects what does
+not fit: all agents started at once get 429s from API Priority and Fairness. Each must wait
+them out: every agent ready, none exiting (the bench starts an agent that exits again and
+counts it), then every node of an evacuation wave drained.
 Deadlines here are bounds, not goals: the timing goals live in the bench.
 """
 
@@ -17,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import apf, apiusage, fleet
-from bench.residents import Residents
 from hack import kubeutil as ku
+from hack.fleet import apf, apiusage
+from hack.fleet import scene as fleet
+from hack.fleet.residents import Residents
 from hack.localcluster.cluster import Cluster
 from nodeagent.kube.client import Kube
 

@@ -222,19 +222,47 @@ REPO = PACKAGE.parent
 
 
 def harness_imports() -> dict[str, set[str]]:
-    """bench/ and hack/ file (relative path) -> the modules it imports."""
-    paths = sorted((REPO / "bench").rglob("*.py")) + sorted((REPO / "hack").rglob("*.py"))
+    """bench/, hack/ and tests/ file (relative path) -> the modules it imports."""
+    paths = [path for top in HARNESS for path in sorted((REPO / top).rglob("*.py"))]
     return {str(path.relative_to(REPO)): imported_names(path) for path in paths}
 
 
-def test_bench_and_hack_never_import_tests() -> None:
-    # The benchmarks and the demo run without pytest: what they share with the tests is in
-    # hack/ (docs/architecture.md), and tests/ may use pytest anywhere.
-    found = harness_imports()
-    assert "hack.kubeutil" in found["bench/fleet.py"], found["bench/fleet.py"]
-    assert "hack/localcluster/cluster.py" in found
-    bad = {
-        path: sorted(n for n in names if n == "tests" or n.startswith("tests."))
-        for path, names in found.items()
+# hack/ is the one library for clusters and real nodes; bench/, the demo and tests/ import it,
+# never each other (docs/architecture.md): the benchmarks and the demo run without pytest,
+# tests/ may use pytest anywhere, and a benchmark's entry point is no library.
+HARNESS = ("bench", "hack", "tests")
+NEVER = {"bench": {"tests"}, "hack": {"bench", "tests"}, "tests": {"bench"}}
+
+
+def crossings(found: dict[str, set[str]]) -> dict[str, list[str]]:
+    """file -> what it imports of a top-level directory NEVER forbids it."""
+    bad: dict[str, list[str]] = {}
+    for path, names in found.items():
+        forbidden = NEVER[path.split("/")[0]]
+        names_bad = sorted(n for n in names if n.split(".")[0] in forbidden)
+        if names_bad:
+            bad[path] = names_bad
+    return bad
+
+
+def test_crossings_are_seen() -> None:
+    found = {
+        "tests/test_x.py": {"bench", "bench.fleet", "hack.kubeutil", "tests.nspawn"},
+        "hack/x.py": {"bench.fleet", "tests.nspawn", "hack.deb", "benchmark"},
+        "bench/x.py": {"tests", "hack.deb"},
     }
-    assert {path: names for path, names in bad.items() if names} == {}
+    assert crossings(found) == {
+        "tests/test_x.py": ["bench", "bench.fleet"],
+        "hack/x.py": ["bench.fleet", "tests.nspawn"],
+        "bench/x.py": ["tests"],
+    }
+
+
+def test_bench_and_tests_share_only_hack() -> None:
+    found = harness_imports()
+    # The walk sees real edges, each way the library is used.
+    assert "hack.kubeutil" in found["bench/fleet.py"], found["bench/fleet.py"]
+    assert "hack.departure.scene" in found["tests/test_departure_traffic.py"]
+    assert "hack.fleet.scene" in found["tests/test_fleet.py"]
+    assert "hack/localcluster/cluster.py" in found
+    assert crossings(found) == {}

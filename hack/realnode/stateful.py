@@ -3,7 +3,7 @@
 A static PersistentVolume on the mock CSI driver (hack/realnode/csi.py, attachRequired),
 its ReadWriteOnce claim, and a StatefulSet of one replica using it. The builders are pure:
 the storage tests (tests/test_storage_realnode.py) and the departure benchmark
-(bench/departure_scene.py) post them with their own clients.
+(hack/departure/scene.py) post them with their own clients.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import psutil
 from hack.agentproc import free_port, toml
 from hack.localcluster.cluster import Cluster
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "systemd" / "nodeagent.service"
 SUPERVISE_EVERY = 0.5
 STOP_GRACE = 10.0

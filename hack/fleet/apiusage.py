@@ -4,9 +4,10 @@ Every agent runs as its node, as the host form does by default (client certifica
 CN=system:node:<node>, O=system:nodes), so the audit policy logs that group (Metadata
 level: verb, resource, user, code, stage times, never bodies); the controllers and the
 kubelet simulator run as other users and are not logged, but for the simulator's pod
-DELETEs, which time a drain's last pod (bench/audit.py). The floor's drains log as
-bench/audit.py's DRAINERS group. A watch is logged when its response starts and when it
-ends, so the log also says how many watches each agent held and for how long.
+DELETEs, which time a drain's last pod (as bench/audit.py's do for the drain benchmark). The
+floor's drains (bench/fleet.py) log as the DRAINERS group. A watch is logged when its
+response starts and when it ends, so the log also says how many watches each agent held and
+for how long.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.audit import DRAINERS, SIM_USER
-
 AGENTS = "system:nodes"
 AGENT_PREFIX = "system:node:"
+# The group of the benchmarks' drainers (bench/drainers.py): the fleet's floor drains, the
+# drain benchmark's nodeagent, kubectl and floor drains.
+DRAINERS = "bench:drainers"
+SIM_USER = "admin"  # the kubelet simulator's identity (hack/localcluster, admin kubeconfig)
 POLICY = f"""apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]

@@ -1,7 +1,7 @@
 """The departure benchmark's client (run inside the client namespace, hack/realnode/traffic.py).
 
-    python -m bench.loadgen steady --url http://10.96.0.10/ --rate 50 > out.jsonl   # until SIGTERM
-    python -m bench.loadgen long --url http://10.96.0.10/slow?s=20 --url ... > long.jsonl
+    python -m hack.departure.loadgen steady --url http://10.96.0.10/ --rate 50 > out.jsonl
+    python -m hack.departure.loadgen long --url http://10.96.0.10/slow?s=20 --url ... > long.jsonl
 
 `steady` sends `rate` requests a second on a fixed schedule, half on a new connection each,
 half over keep-alive connections, until SIGTERM; then waits for what is in flight. `long`
@@ -184,7 +184,7 @@ def long(targets: list[Target]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench.loadgen")
+    parser = argparse.ArgumentParser(prog="hack.departure.loadgen")
     parser.add_argument("mode", choices=("steady", "long"))
     parser.add_argument("--url", action="append", required=True)
     parser.add_argument("--rate", type=float, default=50.0)

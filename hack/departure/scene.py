@@ -19,25 +19,25 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from bench import agent_daemonset
+from hack import kubeutil as ku
 from hack.deb import VERBOSE_DROPIN, build_deb, dpkg_offline
+from hack.departure.kinds import Config, Kind
 from hack.localcluster.cluster import Cluster
 from hack.localcluster.kubeapi import ApiError
 from hack.localcluster.procs import free_ports
 from hack.nspawn import realtime
-from hack.realnode import NodeError, NodeOptions, RealNode, stateful
+from hack.realnode import NodeError, RealNode, stateful
 from hack.realnode import csi as realcsi
+from hack.realnode import daemonset as agent_daemonset
 from hack.realnode.config import CgroupDriver
 from hack.realnode.images import TEST_IMAGE
 from hack.realnode.paths import REPO
 from hack.realnode.traffic import ClientError, ClientNet
 from hack.realnode.workload import PORT, WORKLOAD_IMAGE, import_into
 
-GROUP_LABEL = "test.nodeagent.io/group"
 DND = "karpenter.sh/do-not-disrupt"
 EVACUATE_TAINT = "nodeagent.io/evacuate"  # the agent's default evacuate.taints
 APP = "web"
@@ -56,22 +56,10 @@ TAIL_S = 3.0
 # taint manager deletes its pod: 300 s of default toleration after the node is not ready).
 DEPARTURE_CAP_S = 150.0
 READY_TIMEOUT = 180.0
+# The scene's waits list pods or run commands in the nodes: twice a second is enough.
+POLL_S = 0.5
 # After the departure, how long the stateful pod's replacement may take to be Ready.
 STATEFUL_WAIT_S = 60.0
-
-
-class Kind(Enum):
-    POWEROFF = "poweroff"
-    EVACUATE = "evacuate"
-    REBOOT = "reboot"  # systemctl reboot; the node comes back and takes pods again
-    ROLLING_REBOOT = "rolling-reboot"  # both nodes, one after the other, as an OS-update wave
-    SIGTERM_IGNORING = "sigterm-ignoring"  # a poweroff with a pod that ignores SIGTERM
-    STOP = "stop"  # systemctl stop nodeagent, then maintenance of the node's runtime
-    # A poweroff with the agent in its DaemonSet form (bench/agent_daemonset.py).
-    DAEMONSET_POWEROFF = "daemonset-poweroff"
-    # `systemctl start poweroff.target`: the job queued without logind, so no
-    # PrepareForShutdown and no delay lock; the agent hears only its SIGTERM.
-    POWEROFF_TARGET = "poweroff-target"
 
 
 # The sigterm-ignoring kind's pod: PID 1 without a handler, a grace far past any deadline.
@@ -79,50 +67,6 @@ STUBBORN = "trap '' TERM; while true; do sleep 1; done"
 STUBBORN_GRACE_S = 300
 # The stop kind's maintenance: the runtime down this long (its containers stopped).
 MAINTENANCE_S = 10.0
-
-
-@dataclass(frozen=True)
-class GracefulShutdown:
-    """The kubelet's graceful node shutdown: its whole time and the critical pods' share."""
-
-    seconds: int
-    critical_seconds: int
-
-
-# The defaults that managed platforms turn on (kOps 30/10; GKE 30/15, its Spot pools' and
-# nodes' default; EKS's Amazon Linux 2023 nodes from Kubernetes 1.34: 150/30).
-GNS = {
-    "gns": GracefulShutdown(30, 10),
-    "gns-gke": GracefulShutdown(30, 15),
-    "gns-eks": GracefulShutdown(150, 30),
-}
-
-
-@dataclass(frozen=True)
-class Config:
-    name: str
-    agent: bool
-    gns: GracefulShutdown | None = None
-
-    def node_options(self, group: str, driver: CgroupDriver = "cgroupfs") -> NodeOptions:
-        gns = self.gns or GracefulShutdown(0, 0)
-        return NodeOptions(
-            labels={GROUP_LABEL: group},
-            shutdown_grace=gns.seconds,
-            shutdown_grace_critical=gns.critical_seconds,
-            cgroup_driver=driver,
-        )
-
-
-CONFIGS = {
-    c.name: c
-    for c in (
-        Config("none", agent=False),
-        Config("nodeagent", agent=True),
-        *(Config(name, agent=False, gns=gns) for name, gns in GNS.items()),
-        *(Config(f"nodeagent+{name}", agent=True, gns=gns) for name, gns in GNS.items()),
-    )
-}
 
 
 def agent_config(node: str, extra: str = "") -> str:
@@ -140,17 +84,6 @@ def install_agent(node: RealNode, kubeconfig: Path, config: str) -> None:
     (etc / "kubeconfig").write_text(kubeconfig.read_text())
     (etc / "kubeconfig").chmod(0o600)
     (etc / "config.toml").write_text(config)
-
-
-def wait_until(check: Callable[[], Any], timeout: float, what: str, step: float = 0.5) -> Any:
-    end = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(step)
 
 
 # ---- the workload's objects --------------------------------------------------------------
@@ -172,7 +105,7 @@ def container() -> dict[str, Any]:
 
 def pod_spec(group: str, **extra: Any) -> dict[str, Any]:
     return {
-        "nodeSelector": {GROUP_LABEL: group},
+        "nodeSelector": {ku.GROUP_LABEL: group},
         "terminationGracePeriodSeconds": GRACE_S,
         # The local control plane publishes no root CA: no token volume.
         "automountServiceAccountToken": False,
@@ -383,7 +316,9 @@ class Scene:
         if self.csi_dir:
             self._stateful()
         pods = REPLICAS + int(self.dnd)
-        wait_until(lambda: len(self.ready_pods()) == pods, READY_TIMEOUT, "pods Ready")
+        ku.wait_until(
+            lambda: len(self.ready_pods()) == pods, READY_TIMEOUT, "pods Ready", step=POLL_S
+        )
         for node in (self.leaving, self.staying):
             self.client.attach(node.slot)
         self.client.route_services(self.staying.slot)
@@ -395,14 +330,21 @@ class Scene:
             self._wait_daemonset()
         elif self.config.agent:
             for node in (self.leaving, self.staying):
-                wait_until(functools.partial(_agent_ready, node), 60, f"the agent on {node.name}")
+                ku.wait_until(
+                    functools.partial(_agent_ready, node),
+                    60,
+                    f"the agent on {node.name}",
+                    step=POLL_S,
+                )
 
     def _stateful(self) -> None:
         """The CSIDriver, a static volume and its claim, and the StatefulSet `db` on the
         leaving node with the volume attached there (the replacement goes to the other)."""
         kube, ns = self.cluster.kube, self.ns
         for name in (self.leaving.name, self.staying.name):
-            wait_until(functools.partial(self._plugin, name), 60, f"the CSI plugin on {name}")
+            ku.wait_until(
+                functools.partial(self._plugin, name), 60, f"the CSI plugin on {name}", step=POLL_S
+            )
         with contextlib.suppress(ApiError):  # there already: one per cluster
             kube.create(stateful.CSIDRIVERS, stateful.csidriver())
         pv = f"{self.group}-db"
@@ -411,7 +353,7 @@ class Scene:
         spec = pod_spec(self.group, affinity=prefer(self.leaving.name))
         body = stateful.statefulset(ns, "db", {"app": "db"}, spec)
         kube.create(f"/apis/apps/v1/namespaces/{ns}/statefulsets", body)
-        db = wait_until(self.stateful_pod, READY_TIMEOUT, "db-0 Ready")
+        db = ku.wait_until(self.stateful_pod, READY_TIMEOUT, "db-0 Ready", step=POLL_S)
         if db["spec"]["nodeName"] != self.leaving.name:
             raise RuntimeError("the stateful pod was not scheduled on the leaving node")
 
@@ -419,7 +361,7 @@ class Scene:
             vas = stateful.on_node(kube.get(stateful.VA_PATH)["items"], self.leaving.name)
             return any((va.get("status") or {}).get("attached") for va in vas)
 
-        wait_until(attached, 60, "the volume attached to the leaving node")
+        ku.wait_until(attached, 60, "the volume attached to the leaving node", step=POLL_S)
 
     def _plugin(self, node: str) -> bool:
         with contextlib.suppress(ApiError):
@@ -462,10 +404,10 @@ class Scene:
             pods = agent_daemonset.ready_agents(self.cluster.kube, self.agent_ns)
             return {p["spec"].get("nodeName") for p in pods} >= {n.name for n in nodes}
 
-        wait_until(ready, READY_TIMEOUT, "the agent pods Ready")
+        ku.wait_until(ready, READY_TIMEOUT, "the agent pods Ready", step=POLL_S)
         for node in nodes:
             lock = functools.partial(agent_daemonset.agent_locks, node)
-            wait_until(lock, 60, f"the agent's logind delay lock on {node.name}")
+            ku.wait_until(lock, 60, f"the agent's logind delay lock on {node.name}", step=POLL_S)
             if _pod_log_line(node, self.agent_ns, "metrics server on") is not None:
                 raise RuntimeError(f"the agent on {node.name} has no metrics port (see its log)")
 
@@ -483,7 +425,7 @@ class Scene:
     # ---- the departure -------------------------------------------------------------------
 
     def loadgen(self, *args: str, out: Path) -> subprocess.Popen[bytes]:
-        cmd = self.client.command(sys.executable, "-m", "bench.loadgen", *args)
+        cmd = self.client.command(sys.executable, "-m", "hack.departure.loadgen", *args)
         with out.open("wb") as f:
             return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO)
 
@@ -524,8 +466,10 @@ class Scene:
                 time.sleep(0.5)
             time.sleep(TAIL_S)
             if moved is not None and moved.deleted is not None:
-                with contextlib.suppress(TimeoutError):
-                    wait_until(lambda: moved.ready, STATEFUL_WAIT_S, "db-0 Ready again")
+                with contextlib.suppress(ku.WaitTimeout):
+                    ku.wait_until(
+                        lambda: moved.ready, STATEFUL_WAIT_S, "db-0 Ready again", step=POLL_S
+                    )
             procs[0].terminate()
             procs[0].wait(30)
             procs[1].wait(LONG_S + 130)
@@ -578,7 +522,7 @@ class Scene:
             pods = self.cluster.kube.get(path, labelSelector="app=stubborn")["items"]
             return any((p.get("status") or {}).get("phase") == "Running" for p in pods)
 
-        wait_until(running, READY_TIMEOUT, "the SIGTERM-ignoring pod Running")
+        ku.wait_until(running, READY_TIMEOUT, "the SIGTERM-ignoring pod Running", step=POLL_S)
 
     def _leave(self, kind: Kind, notes: list[str]) -> float:
         """Start the departure; return when the (last) leaving node is off."""
@@ -631,7 +575,12 @@ class Scene:
             off = time.time()
             node.boot(READY_TIMEOUT)  # Ready, and without the agent's cordon
             import_into(node)  # a no-op when containerd kept its images
-            wait_until(lambda: len(self.ready_pods()) >= pods, READY_TIMEOUT, "the service whole")
+            ku.wait_until(
+                lambda: len(self.ready_pods()) >= pods,
+                READY_TIMEOUT,
+                "the service whole",
+                step=POLL_S,
+            )
         self.returned = time.time()
         return off
 
@@ -765,9 +714,11 @@ def _release_volume(cluster: Cluster, ns: str, nodes: list[RealNode]) -> None:
         vas = kube.get(stateful.VA_PATH)["items"]
         return not [va for name in running for va in stateful.on_node(vas, name)]
 
-    with contextlib.suppress(ApiError, TimeoutError):
+    # Best effort (the scenes take turns with the volumes): an API error, a request that
+    # timed out or a wait that ran out leaves things as they are.
+    with contextlib.suppress(ApiError, TimeoutError, ku.WaitTimeout):
         kube.delete(f"/apis/apps/v1/namespaces/{ns}/statefulsets/db")
-        wait_until(detached, 60, "the volume detached from the running nodes")
+        ku.wait_until(detached, 60, "the volume detached from the running nodes", step=POLL_S)
     with contextlib.suppress(ApiError):
         kube.delete(f"/api/v1/persistentvolumes/{ns}-db")
 

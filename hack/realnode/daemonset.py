@@ -2,7 +2,7 @@
 hack/build-image imported into the node's containerd, and the Helm chart's DaemonSet
 rendered for the node's own kubelet identity (the local control plane publishes no root
 CA, so no ServiceAccount token volume could be built). tests/test_daemonset_realnode.py
-and the departure benchmark's kind daemonset-poweroff (bench/departure_scene.py) share it.
+and the departure benchmark's kind daemonset-poweroff (hack/departure/scene.py) share it.
 """
 
 from __future__ import annotations

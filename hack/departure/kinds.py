@@ -1,0 +1,75 @@
+"""What leaves and how: the kinds of departure, and the configurations a node leaves in
+(the agent or not, the kubelet's graceful node shutdown or not). The benchmark's table is
+kinds by configurations.
+
+A new kind is a member of Kind here, its departure in Scene._leave (hack/departure/scene.py),
+its release in Scene._released unless the agent's drain line for a poweroff tells it, and its
+name in bench/departure.py's KINDS and help. A new configuration is an entry of CONFIGS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from hack.kubeutil import GROUP_LABEL
+from hack.realnode import NodeOptions
+from hack.realnode.config import CgroupDriver
+
+
+class Kind(Enum):
+    POWEROFF = "poweroff"
+    EVACUATE = "evacuate"
+    REBOOT = "reboot"  # systemctl reboot; the node comes back and takes pods again
+    ROLLING_REBOOT = "rolling-reboot"  # both nodes, one after the other, as an OS-update wave
+    SIGTERM_IGNORING = "sigterm-ignoring"  # a poweroff with a pod that ignores SIGTERM
+    STOP = "stop"  # systemctl stop nodeagent, then maintenance of the node's runtime
+    # A poweroff with the agent in its DaemonSet form (hack/realnode/daemonset.py).
+    DAEMONSET_POWEROFF = "daemonset-poweroff"
+    # `systemctl start poweroff.target`: the job queued without logind, so no
+    # PrepareForShutdown and no delay lock; the agent hears only its SIGTERM.
+    POWEROFF_TARGET = "poweroff-target"
+
+
+@dataclass(frozen=True)
+class GracefulShutdown:
+    """The kubelet's graceful node shutdown: its whole time and the critical pods' share."""
+
+    seconds: int
+    critical_seconds: int
+
+
+# The defaults that managed platforms turn on (kOps 30/10; GKE 30/15, its Spot pools' and
+# nodes' default; EKS's Amazon Linux 2023 nodes from Kubernetes 1.34: 150/30).
+GNS = {
+    "gns": GracefulShutdown(30, 10),
+    "gns-gke": GracefulShutdown(30, 15),
+    "gns-eks": GracefulShutdown(150, 30),
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    agent: bool
+    gns: GracefulShutdown | None = None
+
+    def node_options(self, group: str, driver: CgroupDriver = "cgroupfs") -> NodeOptions:
+        gns = self.gns or GracefulShutdown(0, 0)
+        return NodeOptions(
+            labels={GROUP_LABEL: group},
+            shutdown_grace=gns.seconds,
+            shutdown_grace_critical=gns.critical_seconds,
+            cgroup_driver=driver,
+        )
+
+
+CONFIGS = {
+    c.name: c
+    for c in (
+        Config("none", agent=False),
+        Config("nodeagent", agent=True),
+        *(Config(name, agent=False, gns=gns) for name, gns in GNS.items()),
+        *(Config(f"nodeagent+{name}", agent=True, gns=gns) for name, gns in GNS.items()),
+    )
+}
