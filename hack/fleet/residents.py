@@ -36,6 +36,7 @@ def config(workdir: Path, node: str, port: int) -> str:
         {
             "": {"node": node, "lock_file": str(workdir / f"{node}.lock")},
             "shutdown": {"use_logind": False, "stop": "none", "unknown": "none"},
+            "warnings": {"cloud": "off"},
             "rejection": {"journal_dir": str(workdir / f"{node}.journal")},
             "reporting": {"metrics_address": f"127.0.0.1:{port}"},
         }

@@ -105,13 +105,10 @@ def rebalance_notice(body: str) -> Notice:
         since = rfc3339(doc["noticeTime"])
     except (KeyError, TypeError, ValueError) as exc:
         raise MetadataError(Error.MALFORMED, f"{REBALANCE}: {exc!r} in {body[:80]!r}") from None
+    # One per instance: its ID is its kind, and its time the first one read (a mock's
+    # notice time may move with every read).
     return Notice(
-        Cloud.AWS,
-        WarningKind.REBALANCE,
-        f"rebalance-{doc['noticeTime']}",
-        "rebalance recommendation",
-        None,
-        since,
+        Cloud.AWS, WarningKind.REBALANCE, "rebalance", "rebalance recommendation", None, since
     )
 
 
@@ -181,10 +178,14 @@ class Imds:
         return [self._since(n, now) for n in notices]
 
     def _since(self, notice: Notice, now: float) -> Notice:
-        """A scheduled event is dated by its first sighting (the endpoint says nothing)."""
-        if notice.kind is not WarningKind.MAINTENANCE:
+        """A notice keeps the time first read: a scheduled event's first sighting (the
+        endpoint says nothing), a rebalance recommendation's first notice time."""
+        if notice.kind is WarningKind.MAINTENANCE:
+            since = self._first_seen.setdefault(notice.event_id, now)
+        elif notice.kind is WarningKind.REBALANCE:
+            since = self._first_seen.setdefault(notice.event_id, notice.since)
+        else:
             return notice
-        since = self._first_seen.setdefault(notice.event_id, now)
         return dataclasses.replace(notice, since=since)
 
     def _get(self, path: str) -> str | None:

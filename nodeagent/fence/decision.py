@@ -224,7 +224,8 @@ def _warned(o: Observed, warned: Warned) -> Decision:
     """The fence the warning acting now asks for (an evacuate taint waits behind it)."""
     fence, notice = o.fence, warned.notice
     if warned.policy is Policy.CORDON:
-        if fence.cordoned_by_other or (fence.unschedulable and fence.reason == Reason.WARNING):
+        ours = fence.reason == Reason.WARNING and fence.warning_id == notice.event_id
+        if fence.cordoned_by_other or (fence.unschedulable and ours):
             return NOTHING
         return _warning_cordon(notice, f"{notice.describe()}: policy cordon")
     done = fence.result in FINISHED and fence.warning_id == notice.event_id

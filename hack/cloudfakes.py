@@ -1,0 +1,244 @@
+"""Loopback stand-ins for GCP's and Azure's metadata endpoints, following their contracts.
+
+AWS has a real mock that its own node termination handler is tested against
+(amazon-ec2-metadata-mock, hack/build-aemm.sh); GCP and Azure have none served here, so
+these follow the documented contracts, cited per class. Each also answers badly on
+request (`fault`): a 500, a body outside the contract, or no answer at all, which the
+agent must survive without acting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from email.utils import formatdate
+from enum import Enum
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
+from urllib.parse import parse_qs, urlsplit
+
+
+class Fault(Enum):
+    NONE = "none"
+    ERROR = "500"  # HTTP 500
+    MALFORMED = "malformed"  # 200 with a body outside the contract
+    HANG = "hang"  # accepts, never answers (until the fake stops)
+
+
+Reply = tuple[int, dict[str, str], bytes]
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+
+class FakeEndpoint:
+    """An HTTP server on 127.0.0.1 at a free port; `url` is its base."""
+
+    def __init__(self) -> None:
+        self.fault = Fault.NONE
+        self.requests: list[tuple[float, str, str]] = []  # (time, method, path)
+        self._stopped = threading.Event()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self._answer("GET", b"")
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                self._answer("POST", self.rfile.read(length))
+
+            def do_PUT(self) -> None:
+                self._answer("PUT", b"")
+
+            def _answer(self, method: str, body: bytes) -> None:
+                fake.requests.append((time.time(), method, self.path))
+                status, headers, data = fake.reply(method, self.path, dict(self.headers), body)
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+        self.server = _Server(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    def reply(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Reply:
+        if self.fault is Fault.HANG:
+            self._stopped.wait(120)
+            return 503, {}, b""
+        if self.fault is Fault.ERROR:
+            return 500, {}, b"internal error"
+        return self.answer(method, path, headers, body)
+
+    def answer(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Reply:
+        raise NotImplementedError
+
+
+def _text(status: int, text: str, **headers: str) -> Reply:
+    return status, {"Content-Type": "text/plain", **headers}, text.encode()
+
+
+class GceMetadataFake(FakeEndpoint):
+    """Compute Engine's metadata server, for the two keys the agent reads.
+
+    Contract (cloud.google.com/compute/docs/metadata/querying-metadata, "Waiting for
+    updates", and .../getting-live-migration-notice): requests need
+    ``Metadata-Flavor: Google`` (else 403); every answer carries an ``ETag``; with
+    ``?wait_for_change=true&last_etag=E`` the server answers at once if the value's ETag is
+    not E, else when it changes or ``timeout_sec`` runs out (then with the same value).
+    ``maintenance-event`` is NONE, MIGRATE_ON_HOST_MAINTENANCE or
+    TERMINATE_ON_HOST_MAINTENANCE; ``preempted`` is TRUE or FALSE.
+    """
+
+    KEYS: ClassVar[dict[str, str]] = {
+        "/computeMetadata/v1/instance/maintenance-event": "maintenance",
+        "/computeMetadata/v1/instance/preempted": "preempted",
+    }
+
+    def __init__(self) -> None:
+        self.values = {"maintenance": "NONE", "preempted": "FALSE"}
+        self._changed = threading.Condition()
+        super().__init__()
+
+    def set(self, **values: str) -> None:
+        with self._changed:
+            self.values.update(values)
+            self._changed.notify_all()
+
+    @staticmethod
+    def etag(value: str) -> str:
+        return hashlib.sha256(value.encode()).hexdigest()[:16]
+
+    def answer(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Reply:
+        if headers.get("Metadata-Flavor") != "Google":
+            return _text(403, "Missing Metadata-Flavor:Google header.")
+        url = urlsplit(path)
+        key = self.KEYS.get(url.path)
+        if key is None:
+            return _text(404, "Not Found")
+        if self.fault is Fault.MALFORMED:
+            return _text(200, "<html>maintenance</html>", ETag="garbled")
+        query = parse_qs(url.query)
+        if query.get("wait_for_change") == ["true"]:
+            last = (query.get("last_etag") or [""])[0]
+            until = time.monotonic() + float((query.get("timeout_sec") or ["60"])[0])
+            with self._changed:
+                self._changed.wait_for(
+                    lambda: self.etag(self.values[key]) != last or time.monotonic() >= until,
+                    timeout=max(0.0, until - time.monotonic()),
+                )
+        value = self.values[key]
+        return _text(200, value, ETag=self.etag(value))
+
+
+def http_date(epoch: float) -> str:
+    """Azure's NotBefore: Mon, 19 Sep 2016 18:29:47 GMT."""
+    return formatdate(epoch, usegmt=True)
+
+
+@dataclass
+class AzureEvent:
+    event_id: str
+    event_type: str  # Preempt, Terminate, Reboot, Redeploy, Freeze
+    resources: list[str]
+    not_before: float  # epoch seconds
+    status: str = "Scheduled"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "EventId": self.event_id,
+            "EventStatus": self.status,
+            "EventType": self.event_type,
+            "ResourceType": "VirtualMachine",
+            "Resources": self.resources,
+            "NotBefore": "" if self.status == "Started" else http_date(self.not_before),
+            "Description": f"fake {self.event_type}",
+            "EventSource": "Platform",
+            "DurationInSeconds": -1,
+        }
+
+
+@dataclass
+class Approval:
+    at: float
+    event_id: str
+
+
+class AzureScheduledEventsFake(FakeEndpoint):
+    """Azure's Scheduled Events and the VM's name from the instance metadata service.
+
+    Contract (learn.microsoft.com/azure/virtual-machines/linux/scheduled-events): requests
+    need ``Metadata: true`` (else 400); ``GET /metadata/scheduledevents`` answers
+    ``{"DocumentIncarnation", "Events"}``, the incarnation moving on every change; an event
+    ends by leaving the list (no completed state; a canceled one leaves too); a ``POST`` of
+    ``{"StartRequests": [{"EventId"}]}`` starts the event (``Started``, NotBefore empty) for
+    every VM it names, answers 200 for any known ID, 400 for a malformed body.
+    """
+
+    def __init__(self, vm_name: str = "vm1") -> None:
+        self.vm_name = vm_name
+        self.events: list[AzureEvent] = []
+        self.incarnation = 1
+        self.approvals: list[Approval] = []
+        self.on_approve: Callable[[AzureEvent], None] = lambda _event: None
+        self._lock = threading.Lock()
+        super().__init__()
+
+    def add(self, event: AzureEvent) -> None:
+        with self._lock:
+            self.events.append(event)
+            self.incarnation += 1
+
+    def remove(self, event_id: str) -> None:
+        with self._lock:
+            self.events = [e for e in self.events if e.event_id != event_id]
+            self.incarnation += 1
+
+    def answer(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Reply:
+        if headers.get("Metadata") != "true":
+            return _text(400, "Bad request. Required metadata header not specified")
+        url = urlsplit(path)
+        if url.path == "/metadata/instance/compute/name":
+            return _text(200, self.vm_name)
+        if url.path != "/metadata/scheduledevents":
+            return _text(404, "Not found")
+        if method == "POST":
+            return self._approve(body)
+        if self.fault is Fault.MALFORMED:
+            return 200, {"Content-Type": "application/json"}, b'{"DocumentIncarnation": "x"'
+        with self._lock:
+            doc = {
+                "DocumentIncarnation": self.incarnation,
+                "Events": [e.as_json() for e in self.events],
+            }
+        return 200, {"Content-Type": "application/json"}, json.dumps(doc).encode()
+
+    def _approve(self, body: bytes) -> Reply:
+        try:
+            ids = [r["EventId"] for r in json.loads(body)["StartRequests"]]
+        except (ValueError, KeyError, TypeError):
+            return _text(400, "Bad request")
+        with self._lock:
+            for event in self.events:
+                if event.event_id in ids:
+                    event.status = "Started"
+                    self.approvals.append(Approval(time.time(), event.event_id))
+                    self.incarnation += 1
+                    self.on_approve(event)
+        return _text(200, "")

@@ -1,0 +1,217 @@
+"""The cloud's early warnings through a real agent on the real control plane.
+
+AWS against amazon-ec2-metadata-mock (IMDSv2 required, as on Amazon Linux 2023); GCP and
+Azure against the contract fakes in hack/cloudfakes.py. Each test runs `nodeagent run` for
+a simulated node whose metadata endpoint is the test's own, and reads the outcome from the
+API: the cordon and its marker, the pods, the condition and the Events.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hack import kubeutil as ku
+from hack.aemm import Aemm, rfc3339
+from hack.agentproc import AgentProcess
+from hack.cloudfakes import AzureEvent, AzureScheduledEventsFake, GceMetadataFake
+from nodeagent.fence import marker
+from nodeagent.kube.client import JSON, Kube
+from nodeagent.report import conditions
+
+
+@dataclass
+class Node:
+    kube: Kube
+    name: str
+    spare: str
+    ns: str
+    workdir: Path
+    kubeconfig: str
+    stops: list[Any] = field(default_factory=list)
+
+    def agent(self, url: str, cloud: str, **warnings: str) -> AgentProcess:
+        config = {
+            "warnings": {"cloud": cloud, "metadata_url": url, **warnings},
+            "drain": {"deadline": "60s"},
+        }
+        agent = AgentProcess.start(self.workdir, self.kubeconfig, self.name, config)
+        self.stops.append(lambda: agent.stop(signal.SIGKILL))
+        return agent
+
+    def obj(self) -> JSON:
+        return ku.node(self.kube, self.name)
+
+    def annotations(self) -> dict[str, str]:
+        return dict(self.obj()["metadata"].get("annotations") or {})
+
+    def cordoned(self) -> bool:
+        return bool(self.obj()["spec"].get("unschedulable"))
+
+    def condition(self) -> JSON:
+        return conditions.find(self.obj(), conditions.DRAINED) or {}
+
+    def workload_pods(self) -> list[JSON]:
+        return [
+            p
+            for p in ku.running(ku.pods_on(self.kube, self.name))
+            if p["metadata"]["labels"].get("app") != "ds"
+        ]
+
+    def events(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for e in ku.node_events(self.kube, self.name):
+            out.setdefault(e["reason"], []).append(e["message"])
+        return out
+
+
+@pytest.fixture
+def node(cluster: Any, kube: Kube, admin_kubeconfig: str, tmp_path: Path) -> Iterator[Node]:
+    group, name, spare = ku.node_pair(cluster, kube, "cw")
+    n = Node(kube, name, spare, group, tmp_path, admin_kubeconfig)
+    ku.deployment(kube, group, "web", group, 2)
+    ku.daemonset(kube, group, "ds", group)
+    ku.wait_running(kube, name, 3)
+    ku.open_node(kube, spare)
+    try:
+        yield n
+    finally:
+        for stop in reversed(n.stops):
+            stop()
+
+
+def aemm(n: Node, *args: str) -> Aemm:
+    mock = Aemm(list(args), n.workdir / "aemm.log")
+    n.stops.append(mock.stop)
+    return mock
+
+
+def test_spot_interruption_drains_before_the_time(node: Node) -> None:
+    """The notice two minutes ahead: cordon with the warning in the marker, the pods
+    evicted, Drained naming the warning, well before the notice's time."""
+    at = time.time() + 120
+    mock = aemm(node, "spot", "-a", "terminate", "-t", rfc3339(at))
+    agent = node.agent(mock.url, "aws")
+
+    ku.wait_until(lambda: not node.workload_pods(), 60, "workload pods evicted")
+    ann = node.annotations()
+    assert node.cordoned()
+    assert ann[marker.DRAIN_REASON] == "warning"
+    assert ann[marker.WARNING] == "aws interruption"
+    assert ann[marker.WARNING_ID] == "spot-itn-terminate"
+    assert ann[marker.WARNING_DEADLINE] == rfc3339(at)
+    ku.wait_until(lambda: node.condition().get("reason") == "Drained", 20, "Drained")
+    assert "aws interruption warning (Spot interruption: terminate" in node.condition()["message"]
+    assert time.time() < at - 30
+    warned = node.events()["CloudWarning"]
+    assert any("Spot interruption: terminate" in m for m in warned), warned
+    # The mock's rebalance recommendation (its time moves with every read) is one warning.
+    assert len(warned) == 2, warned
+    assert agent.metric("nodeagent_cloud_warnings_total", cloud="aws", kind="interruption") == 1
+    # IMDSv2: the mock refuses a read without a session token (-I), so none was refused.
+    assert agent.metric("nodeagent_cloud_metadata_errors_total", cloud="aws", error="token") == 0
+
+
+def test_canceled_scheduled_event_undoes_its_drain(node: Node) -> None:
+    """A reboot event within the lead drains; the same event canceled (the mock started
+    again with its state canceled) gives the node back, and nothing is left."""
+    not_before = rfc3339(time.time() + 300)
+    args = ["events", "-o", "system-reboot", "-b", not_before]
+    mock = aemm(node, *args, "-t", "active")
+    node.agent(mock.url, "aws", maintenance_lead="10m")
+    ku.wait_until(lambda: not node.workload_pods(), 60, "workload pods evicted")
+    assert node.annotations()[marker.WARNING_ID] == "instance-event-1234567890abcdef0"
+
+    mock.stop()
+    canceled = Aemm([*args, "-t", "canceled"], node.workdir / "aemm.log", port=mock.port)
+    node.stops.append(canceled.stop)
+
+    ku.wait_until(lambda: not node.cordoned(), 30, "uncordon after the cancel")
+    ann = node.annotations()
+    assert not set(marker.MARKER_KEYS) & set(ann)
+    assert marker.EXCLUDE_LB_LABEL not in (node.obj()["metadata"].get("labels") or {})
+    ku.wait_until(lambda: "CloudWarningOver" in node.events(), 10, "the warning's end")
+    ku.wait_until(lambda: node.condition().get("reason") == "NotDraining", 10, "NotDraining")
+
+
+def test_scheduled_event_far_ahead_keeps_the_node_serving(node: Node) -> None:
+    """A reboot two days ahead is reported, and nothing is fenced until its lead."""
+    mock = aemm(node, "events", "-o", "instance-stop", "-b", rfc3339(time.time() + 2 * 86400))
+    agent = node.agent(mock.url, "aws", maintenance_lead="1h")
+    ku.wait_until(lambda: "CloudWarning" in node.events(), 20, "the warning reported")
+    seen = agent.metric("nodeagent_loop_last_success_timestamp_seconds", loop="warnings")
+    ku.wait_until(
+        lambda: agent.metric("nodeagent_loop_last_success_timestamp_seconds", loop="warnings")
+        > seen + 2,
+        20,
+        "more readings",
+    )
+    assert not node.cordoned()
+    assert len(node.workload_pods()) == 2
+
+
+def test_rebalance_cordon_ends_with_its_lifetime(node: Node) -> None:
+    """A rebalance recommendation cordons (policy cordon), evicts nothing, and the cordon
+    goes when its lifetime is over though the endpoint still shows the recommendation."""
+    # Pinned (-r): the mock's notice time otherwise moves with every read. The Spot
+    # notice of the same mock comes an hour later, after the test.
+    mock = aemm(node, "spot", "-r", rfc3339(time.time()), "-d", "3600")
+    node.agent(mock.url, "aws", rebalance="cordon", rebalance_lifetime="15s")
+    ku.wait_until(node.cordoned, 20, "the rebalance cordon")
+    assert node.annotations()[marker.WARNING] == "aws rebalance"
+    assert len(node.workload_pods()) == 2
+    ku.wait_until(lambda: not node.cordoned(), 40, "the cordon's lifetime over")
+    assert len(node.workload_pods()) == 2
+
+
+def test_azure_preempt_is_approved_once_drained(node: Node) -> None:
+    """Preempt naming this VM alone: drained, then approved (never before the drain is
+    done); an event naming other VMs too is drained for but never approved."""
+    fake = AzureScheduledEventsFake(vm_name="vm-a")
+    node.stops.append(fake.stop)
+    fake.add(AzureEvent("ev-shared", "Freeze", ["vm-a", "vm-b"], time.time() + 900))
+    fake.add(AzureEvent("ev-preempt", "Preempt", ["vm-a"], time.time() + 120))
+    agent = node.agent(fake.url, "azure", migration="cordon")
+
+    ku.wait_until(lambda: fake.approvals, 60, "the approval")
+    drained = node.annotations()
+    assert drained[marker.WARNING_ID] == "ev-preempt"
+    assert drained[marker.DRAIN_RESULT] == "drained"
+    assert not node.workload_pods()
+    assert [a.event_id for a in fake.approvals] == ["ev-preempt"]
+    # The result was on the Node before the approval left.
+    result_at = _drained_at(node)
+    assert result_at <= fake.approvals[0].at + 1  # the API server's stamp is in seconds
+    assert agent.metric("nodeagent_cloud_warnings_total", cloud="azure", kind="migration") == 1
+
+    fake.remove("ev-preempt")  # Azure removes the event once it has run
+    ku.wait_until(lambda: node.annotations().get(marker.WARNING_ID) == "ev-shared", 30, "freeze")
+    assert node.cordoned()  # the freeze's cordon holds; it is never approved
+    time.sleep(3)
+    assert [a.event_id for a in fake.approvals] == ["ev-preempt"]
+
+
+def _drained_at(node: Node) -> float:
+    cond = node.condition()
+    assert cond.get("reason") == "Drained", cond
+    return time.mktime(time.strptime(cond["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+
+
+def test_gcp_terminate_maintenance_then_none(node: Node) -> None:
+    """TERMINATE_ON_HOST_MAINTENANCE drains at once (its long poll hears it); back to
+    NONE, the node is given back."""
+    fake = GceMetadataFake()
+    node.stops.append(fake.stop)
+    node.agent(fake.url, "gcp")
+    ku.wait_until(lambda: fake.requests, 20, "the first read")
+    fake.set(maintenance="TERMINATE_ON_HOST_MAINTENANCE")
+    ku.wait_until(lambda: not node.workload_pods(), 60, "workload pods evicted")
+    assert node.annotations()[marker.WARNING] == "gcp maintenance"
+    fake.set(maintenance="NONE")
+    ku.wait_until(lambda: not node.cordoned(), 30, "uncordon when the event is over")
