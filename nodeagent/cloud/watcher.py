@@ -54,10 +54,12 @@ class WarningWatcher:
         cfg: WarningsConfig,
         heard: Callable[[tuple[Notice, ...]], None],
         dmi_root: str = detect.DMI_DIR,
+        error_wait: float = ERROR_WAIT,
     ) -> None:
         self.cfg = cfg
         self.heard = heard
         self.dmi_root = dmi_root
+        self.error_wait = error_wait
         self.source: Source | None = None
         self._doubted: set[str] = set()  # notices already logged as not believed
 
@@ -86,7 +88,7 @@ class WarningWatcher:
                     log.warning("cloud warnings: %s; the last reading stands", exc)
                 failing = str(exc)
                 beat()
-                ctx.wait(max(ERROR_WAIT, source.interval))
+                ctx.wait(max(self.error_wait, source.interval))
                 continue
             if failing:
                 log.info("cloud warnings: the metadata endpoint answers again")
