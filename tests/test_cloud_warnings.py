@@ -8,6 +8,7 @@ API: the cordon and its marker, the pods, the condition and the Events.
 
 from __future__ import annotations
 
+import calendar
 import signal
 import time
 from collections.abc import Iterator
@@ -147,8 +148,10 @@ def test_scheduled_event_far_ahead_keeps_the_node_serving(node: Node) -> None:
     ku.wait_until(lambda: "CloudWarning" in node.events(), 20, "the warning reported")
     seen = agent.metric("nodeagent_loop_last_success_timestamp_seconds", loop="warnings")
     ku.wait_until(
-        lambda: agent.metric("nodeagent_loop_last_success_timestamp_seconds", loop="warnings")
-        > seen + 2,
+        lambda: (
+            agent.metric("nodeagent_loop_last_success_timestamp_seconds", loop="warnings")
+            > seen + 2
+        ),
         20,
         "more readings",
     )
@@ -200,7 +203,7 @@ def test_azure_preempt_is_approved_once_drained(node: Node) -> None:
 def _drained_at(node: Node) -> float:
     cond = node.condition()
     assert cond.get("reason") == "Drained", cond
-    return time.mktime(time.strptime(cond["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+    return float(calendar.timegm(time.strptime(cond["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ")))
 
 
 def test_gcp_terminate_maintenance_then_none(node: Node) -> None:
