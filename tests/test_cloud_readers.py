@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from hack.cloudfakes import AzureEvent, AzureScheduledEventsFake, Fault, GceMetadataFake
+from hack.cloudfakes import (
+    AzureEvent,
+    AzureScheduledEventsFake,
+    FakeEndpoint,
+    Fault,
+    GceMetadataFake,
+    Reply,
+)
 from hack.kubeutil import wait_until
 from nodeagent.cloud.watcher import WarningWatcher
 from nodeagent.config import WarningsConfig
@@ -158,3 +165,28 @@ def test_off_reads_nothing_and_says_so_once(caplog: pytest.LogCaptureFixture) ->
     assert [r.message for r in caplog.records if "cloud warnings" in r.message] == [
         "cloud warnings: off (no cloud in the node's DMI)"
     ]
+
+
+class NoTokenImds(FakeEndpoint):
+    """IMDS behind a hop limit of 1, as a pod on the pod network sees it: the token's PUT
+    gets no answer, and a read without a token is refused (IMDSv2 required)."""
+
+    def answer(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Reply:
+        if method == "PUT":
+            time.sleep(3)  # longer than the reader waits: the reply never arrives
+            return 200, {}, b"token"
+        return 401, {}, b"Unauthorized"
+
+
+def test_imds_without_a_token_says_why_once(watch, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
+    caplog.set_level(logging.INFO)
+    fake = NoTokenImds()
+    try:
+        run = watch(Cloud.AWS, fake.url)
+        wait_until(lambda: errors(Cloud.AWS, "token") >= 2, 20, "two failed reads")
+        said = [r.message for r in caplog.records if "hop limit" in r.message]
+        assert len(said) == 1, said
+        assert "raise the instance's metadata hop limit to 2" in said[0]
+        assert run.heard == []
+    finally:
+        fake.stop()

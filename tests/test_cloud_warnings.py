@@ -22,6 +22,7 @@ from hack import kubeutil as ku
 from hack.aemm import Aemm, rfc3339
 from hack.agentproc import AgentProcess
 from hack.cloudfakes import AzureEvent, AzureScheduledEventsFake, GceMetadataFake
+from nodeagent.cloud import aws
 from nodeagent.fence import marker
 from nodeagent.kube.client import JSON, Kube
 from nodeagent.report import conditions
@@ -218,3 +219,16 @@ def test_gcp_terminate_maintenance_then_none(node: Node) -> None:
     assert node.annotations()[marker.WARNING] == "gcp maintenance"
     fake.set(maintenance="NONE")
     ku.wait_until(lambda: not node.cordoned(), 30, "uncordon when the event is over")
+
+
+def test_imds_token_renewed_once_on_401(tmp_path: Path) -> None:
+    """A session token the mock no longer knows: one 401, a new token, the read goes on."""
+    mock = Aemm(["spot", "-a", "stop", "-t", rfc3339(time.time() + 120)], tmp_path / "aemm.log")
+    try:
+        imds = aws.Imds(mock.url)
+        assert "spot-itn-stop" in [n.event_id for n in imds.read(time.time())]
+        imds._token = "not-a-token-the-mock-issued"  # as if it expired under us
+        assert "spot-itn-stop" in [n.event_id for n in imds.read(time.time())]
+        assert imds._token != "not-a-token-the-mock-issued"
+    finally:
+        mock.stop()
