@@ -8,6 +8,8 @@ import os
 import subprocess
 from pathlib import Path
 
+from hack.emulation import host_arch
+
 REPO = Path(__file__).resolve().parent.parent
 
 # -v: INFO lines (what the agent heard, its drain's progress and outcome) go to the journal.
@@ -18,10 +20,10 @@ ExecStart=/usr/bin/nodeagent run --config /etc/nodeagent/config.toml -v
 """
 
 
-def hack(script: str, timeout: float) -> list[Path]:
+def hack(script: str, timeout: float, *args: str) -> list[Path]:
     """Run a cached build script of hack/; the paths it prints, one a line."""
     out = subprocess.run(
-        [str(REPO / "hack" / script)],
+        [str(REPO / "hack" / script), *args],
         capture_output=True,
         text=True,
         check=False,
@@ -32,9 +34,13 @@ def hack(script: str, timeout: float) -> list[Path]:
     return [Path(line) for line in out.stdout.strip().splitlines()]
 
 
-def build_deb() -> Path:
-    """The package built from the checkout (hack/build-deb reuses an up-to-date one)."""
-    return hack("build-deb", 1200)[-1]
+def build_deb(suite: str = "bookworm", arch: str | None = None) -> Path:
+    """The package for ``suite`` and ``arch`` (the host's unless told) built from the checkout
+    (hack/build-deb reuses an up-to-date one). Bookworm by default: the harness's roots are
+    Debian 12's, whatever the host runs."""
+    target = f"{suite}/{arch or host_arch()}"
+    # Cold, a foreign architecture's build root and build run under emulation.
+    return hack("build-deb", 3600, target)[-1]
 
 
 def dpkg_offline(root: Path, deb: Path, *args: str) -> None:
