@@ -48,7 +48,13 @@ CLUSTER_FIXTURES = frozenset({"cluster", "kube", "admin_kubeconfig"})
 # Modules whose use means booting systemd-nspawn machines or building the node artifacts.
 CLUSTER_MODULES = ("hack.localcluster.cluster",)
 NSPAWN_MODULES = ("tests.nspawn", "hack.deb", "hack.nspawn", "hack.realnode")
-ARTIFACT_MODULES = ("tests.test_image", "tests.test_ignition", "tests.test_chart", "hack.chart")
+ARTIFACT_MODULES = (
+    "tests.test_image",
+    "tests.test_ignition",
+    "tests.test_chart",
+    "hack.chart",
+    "hack.promtool",
+)
 
 
 def _uses(module: Any, prefixes: tuple[str, ...]) -> bool:
