@@ -54,6 +54,7 @@ ARTIFACT_MODULES = (
     "tests.test_chart",
     "hack.chart",
     "hack.promtool",
+    "tests.test_dist_sums",
 )
 
 
