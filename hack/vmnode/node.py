@@ -254,8 +254,13 @@ class VmNode:
         return out_dir / "journal"
 
     def journal_text(self, *args: str) -> str:
+        """journalctl of the guest's own systemd (257) over the copied journal: the host's
+        (252) is older than the files' format may be."""
         out = subprocess.run(
-            ["journalctl", "-D", str(self.journal_dir()), "-o", "short-unix", *args],
+            ["systemd-nspawn", "--quiet", "--register=no", "--keep-unit", "--pipe",
+             "--volatile=yes", "-D", str(ensure_root()),
+             f"--bind-ro={self.journal_dir()}:/journal",
+             "journalctl", "-D", "/journal", "-o", "short-unix", "--no-pager", *args],
             capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
         return out.stdout
