@@ -67,10 +67,13 @@ def container(script: str, **extra: Any) -> JSON:
 NO_TOKEN = {"automountServiceAccountToken": False}
 
 
-def agent_config(node: str, deadline: float = AGENT_DEADLINE, extra: str = "") -> str:
-    """The system tests' agent config, on the kubeconfig install_agent writes."""
+def agent_config(
+    node: str, deadline: float = AGENT_DEADLINE, extra: str = "", warnings: str = 'cloud = "off"'
+) -> str:
+    """The system tests' agent config, on the kubeconfig install_agent writes. The cloud's
+    warnings are off unless `warnings` says otherwise: no request to a real 169.254.169.254."""
     head = f'node = "{node}"\nkubeconfig = "/etc/nodeagent/kubeconfig"\n\n'
-    return head + system_config(deadline, extra)
+    return head + system_config(deadline, extra) + f"\n[warnings]\n{warnings}\n"
 
 
 def install_agent(node: RealNode, kubeconfig: Path, config: str) -> None:
