@@ -221,8 +221,8 @@ class Scene:
     volume: str = "1"  # the mock driver's volume it uses
     daemonset: bool = False  # the agent runs as the chart's DaemonSet, not from its .deb
     cgroup_driver: CgroupDriver = "cgroupfs"  # the nodes' kubelet and containerd
-    # The agents read AWS's warnings from amazon-ec2-metadata-mock on this loopback port
-    # (started by the spot-interruption kind); None: their warnings are off.
+    # The leaving node's agent reads AWS's warnings from amazon-ec2-metadata-mock on this
+    # loopback port (started by the spot-interruption kind); None: its warnings are off.
     metadata_port: int | None = None
     poweroff_at: float | None = None  # when the leaving node's poweroff was asked for
     # The chart's cluster-scoped objects, deleted on exit (its namespace goes with it).
@@ -260,9 +260,9 @@ class Scene:
         `volume` ("1" to "3"; the attach/detach controller keeps one attached to a node
         that powered off for minutes, so consecutive scenes take turns). With `daemonset`,
         an agent config runs the agent as the chart's DaemonSet. `cgroup_driver` is the
-        nodes' (hack/realnode NodeOptions). With `metadata_port`, the agents from the .deb
-        read AWS's warnings there (the kind spot-interruption serves them); otherwise their
-        warnings are off."""
+        nodes' (hack/realnode NodeOptions). With `metadata_port`, the leaving node's agent
+        from the .deb reads AWS's warnings there (the kind spot-interruption serves them);
+        every other agent's warnings are off."""
         nodes: list[RealNode] = []
         client: ClientNet | None = None
         daemonset = daemonset and config.agent
@@ -278,7 +278,11 @@ class Scene:
                 if csi_dir:
                     realcsi.install_plugin(node.root, stateful.DRIVER)
                 if config.agent and not daemonset:
-                    agent = agent_config(name, agent_extra, metadata_port)
+                    # Only the leaving node's agent reads the mock: it cannot tell the nodes
+                    # apart (both ask from the host's loopback), and the notice is not the
+                    # staying node's.
+                    port = metadata_port if node is nodes[0] else None
+                    agent = agent_config(name, agent_extra, port)
                     install_agent(node, cluster.kubeconfig, agent)
                 if config.budget_s is not None:
                     shorten_budget(node, config.budget_s)
