@@ -23,12 +23,15 @@ from typing import Any
 import pytest
 
 from hack import kubeutil as ku
+from hack.aemm import Aemm, rfc3339
 from hack.deb import VERBOSE_DROPIN, build_deb, dpkg_offline
+from hack.localcluster.procs import free_ports
 from hack.nspawn import realtime
 from hack.realnode import TEST_IMAGE, NodeOptions, RealNode
 from hack.realnode import host as realhost
 from nodeagent.departure.leftovers import EVENT_REASON as LEFTOVER_DELETED
 from nodeagent.drain.podfilter import find_condition
+from nodeagent.fence import marker
 from nodeagent.kube.client import JSON, Kube, node_path, pods_path
 from nodeagent.rejection.controller import POD_REJECTED, STATE_WIPED
 from nodeagent.report.conditions import READY, ReadyReason
@@ -67,10 +70,13 @@ def container(script: str, **extra: Any) -> JSON:
 NO_TOKEN = {"automountServiceAccountToken": False}
 
 
-def agent_config(node: str, deadline: float = AGENT_DEADLINE, extra: str = "") -> str:
-    """The system tests' agent config, on the kubeconfig install_agent writes."""
+def agent_config(
+    node: str, deadline: float = AGENT_DEADLINE, extra: str = "", warnings: str = 'cloud = "off"'
+) -> str:
+    """The system tests' agent config, on the kubeconfig install_agent writes. The cloud's
+    warnings are off unless `warnings` says otherwise: no request to a real 169.254.169.254."""
     head = f'node = "{node}"\nkubeconfig = "/etc/nodeagent/kubeconfig"\n\n'
-    return head + system_config(deadline, extra)
+    return head + system_config(deadline, extra) + f"\n[warnings]\n{warnings}\n"
 
 
 def install_agent(node: RealNode, kubeconfig: Path, config: str) -> None:
@@ -589,6 +595,59 @@ def test_beside_the_kubelets_graceful_shutdown_its_pods_are_taken_out_at_once(en
     wait_for(lambda: not ku.exists(env.kube, pods_path(env.ns, "solo")), 60, "solo to be gone")
     events = env.kube.get(f"/api/v1/namespaces/{env.ns}/events")["items"]
     assert not [e for e in events if e["reason"] == LEFTOVER_DELETED], events
+
+
+def test_spot_notice_drains_before_the_poweroff_and_the_lock_goes_at_once(env: Env) -> None:
+    """Scenario 6: a Spot interruption notice, read by the agent from its .deb as the node's
+    IMDS (amazon-ec2-metadata-mock on the host's loopback, which the node shares, IMDSv2
+    required). The node is drained for the warning, with the warning in its marker, before
+    the poweroff; at PrepareForShutdown the drain finds nothing left to evict, and the lock
+    is released right after it."""
+    (port,) = free_ports(1)
+    imds = f'cloud = "aws"\nmetadata_url = "http://127.0.0.1:{port}"'
+    node = env.real_node("a", agent=agent_config(f"{env.group}-a", warnings=imds))
+    env.deployment("web", 2, POLITE, grace=10)
+    ku.wait_running(env.kube, node.name, 2, timeout=90)
+    ku.pdb(env.kube, env.ns, "web", {"app": "web"}, maxUnavailable=1)
+    ku.wait_pdb_ready(env.kube, env.ns, "web")
+    env.open_spare()
+    agent_ready(node)
+
+    at = float(int(time.time()) + 120)
+    mock = Aemm(["spot", "-a", "terminate", "-t", rfc3339(at)], env.tmp / "aemm.log", port=port)
+    try:
+        annotations = wait_for(lambda: drained_for_warning(env.kube, node.name), 60,
+                               "the drain for the warning recorded")  # fmt: skip
+        assert annotations[marker.WARNING] == "aws interruption"
+        assert annotations[marker.WARNING_ID] == "spot-itn-terminate"
+        assert annotations[marker.WARNING_DEADLINE] == rfc3339(at)
+        # Evicted: each ran its SIGTERM trap (an object may stay, terminal, on the node).
+        assert all(terminated_by_sigterm(p) for p in on_node(env.pods("web"), node.name))
+
+        assert node.run("poweroff").returncode == 0
+        assert node.wait_exit(DEADLINE + MARGIN) == 0
+    finally:
+        mock.stop()
+    assert len([p for p in on_node(env.pods("web"), env.spare) if ku.ready(p)]) == 2
+    entries = node.journal("-u", "nodeagent.service")
+    order = ["PrepareForShutdown(True)", "drain for poweroff: drained", "released the logind"]
+    found = [next((i for i, e in enumerate(entries) if text in e["MESSAGE"]), -1) for text in order]
+    assert -1 not in found and found == sorted(found), found
+    warned = agent_line(node, "drain for warning: drained")
+    assert realtime(warned) < realtime(entries[found[0]])
+    held = realtime(entries[found[2]]) - realtime(entries[found[0]])
+    print(f"PrepareForShutdown to the lock's release: {held:.2f}s")
+    # Nothing was left for the shutdown's drain: no pod evicted after the warning's drain.
+    events = env.kube.get(f"/api/v1/namespaces/{env.ns}/events")["items"]
+    evicted = [e for e in events if e["reason"] == "Evicted"]
+    assert len(evicted) == 2, evicted
+
+
+def drained_for_warning(kube: Kube, name: str) -> dict[str, str] | None:
+    """The Node's annotations once the agent recorded a finished drain for a warning."""
+    annotations = ku.node(kube, name)["metadata"].get("annotations") or {}
+    reason, result = annotations.get(marker.DRAIN_REASON), annotations.get(marker.DRAIN_RESULT)
+    return dict(annotations) if reason == "warning" and result == "drained" else None
 
 
 def ready_reason(kube: Kube, name: str) -> str | None:
