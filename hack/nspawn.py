@@ -52,7 +52,11 @@ class Container:
             "--boot",
             "--register=no",
             "--keep-unit",
-            "--console=passive",
+            # The console's output is read into console-N.log. With `passive` nspawn never
+            # reads the pty: once its buffer is full, PID 1 blocks for good in its next status
+            # line (a long stop job's "A stop job is running..." at shutdown), and the node
+            # never powers off, as no real console does to it.
+            "--console=read-only",
             f"--machine={self.name}",
             "-D",
             str(self.root),
