@@ -14,7 +14,8 @@ from pathlib import Path
 import hack.kubeutil as ku
 from tests.nspawn import Machine, nspawn_root
 
-# Far past what a pty holds unread (the line discipline's 4 KiB and 64 KiB of flip buffers).
+# Far past what a pty holds unread (some 12 KiB: the line discipline's 4 KiB and the pty's
+# 8 KiB of buffers; a node's boot and shutdown status lines came to 24 KiB).
 CONSOLE_BYTES = 512 * 1024
 
 
