@@ -627,8 +627,8 @@ class Scene:
 
     def _wait_off(self, node: RealNode, notes: list[str]) -> None:
         """Until the node is off; one still up after DEPARTURE_CAP_S is noted with what
-        its systemd still has queued, then killed (seen on this kind: an agent that had
-        drained but not exited, or the final kill sweep's 90 s after a 65 s drain)."""
+        its systemd still has queued, then killed (seen while the nodes' console was an
+        unread pty: PID 1 blocked in a status line once it was full, hack/nspawn.py)."""
         try:
             node.wait_exit(DEPARTURE_CAP_S)
             return
