@@ -3,6 +3,8 @@
 hack/vm build     build (once, cached) the VM root, the kubelet and the images; print them
 hack/vm smoke [--lock FILE]
                   a VM node with the agent, powered off by its ACPI power button: drained first
+hack/vm reboot|soft-reboot [--lock FILE]
+                  the same node restarted by systemctl: the type named, drained, uncordoned after
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from hack.localcluster.kubeapi import KubeError
 from hack.realnode.build import BuildError, _script
 from hack.realnode.images import ImageError, ensure_images
 
-from . import smoke
+from . import restart, smoke
 from .agent import AgentInstallError
 from .node import VmError, ensure_root
 
@@ -31,6 +33,12 @@ def _parser() -> argparse.ArgumentParser:
     smoke.add_argument(
         "--lock", type=Path, help="a file to flock from boot to power-off (built before it)"
     )
+    for kind in restart.KINDS:
+        sub.add_parser(
+            kind, help=f"systemctl {kind} of a VM node with the agent: named, drained, undone"
+        ).add_argument(
+            "--lock", type=Path, help="a file to flock from boot to uncordoned (built before it)"
+        )
     return parser
 
 
@@ -41,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"root {ensure_root()}")
             print(f"kubelet {_script('build-kubelet.sh')}\nimages {ensure_images()}")
             return 0
+        if args.command in restart.KINDS:
+            return restart.main(args.command, args.lock)
         return smoke.main(args.lock)
     except (BuildError, ImageError, VmError, AgentInstallError, ClusterError, KubeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
