@@ -24,6 +24,7 @@ import pytest
 
 from hack import kubeutil as ku
 from hack.aemm import Aemm, rfc3339
+from hack.cloudfakes import AzureEvent, AzureScheduledEventsFake
 from hack.deb import VERBOSE_DROPIN, build_deb, dpkg_offline
 from hack.localcluster.procs import free_ports
 from hack.nspawn import realtime
@@ -641,6 +642,50 @@ def test_spot_notice_drains_before_the_poweroff_and_the_lock_goes_at_once(env: E
     events = env.kube.get(f"/api/v1/namespaces/{env.ns}/events")["items"]
     evicted = [e for e in events if e["reason"] == "Evicted"]
     assert len(evicted) == 2, evicted
+
+
+def test_azure_events_canceled_and_approved_on_a_real_node(env: Env) -> None:
+    """Scenario 7: Azure Scheduled Events (hack/cloudfakes.py, on the host's loopback the
+    node shares) read by the agent from its .deb. A Reboot fifteen minutes ahead for this VM
+    and another drains the node (the lead is 10 minutes by default: set to 20 here) and is
+    never approved (that would start it for the other VM too); canceled (gone from the list,
+    never Started), the node is given back with nothing left. Then a Preempt naming this VM
+    alone drains it again and is approved only once the drain is on the Node."""
+    fake = AzureScheduledEventsFake(vm_name=f"{env.group}-a")
+    try:
+        events = f'cloud = "azure"\nmetadata_url = "{fake.url}"\nmaintenance_lead = "20m"'
+        node = env.real_node("a", agent=agent_config(f"{env.group}-a", warnings=events))
+        env.deployment("web", 2, POLITE, grace=10)
+        ku.wait_running(env.kube, node.name, 2, timeout=90)
+        env.open_spare()
+        agent_ready(node)
+
+        # It names another VM too (an availability set's): drained for, never approved.
+        fake.add(AzureEvent("reboot-1", "Reboot", [node.name, "vm-b"], time.time() + 900))
+        annotations = wait_for(lambda: drained_for_warning(env.kube, node.name), 60,
+                               "the drain for the Reboot recorded")  # fmt: skip
+        assert annotations[marker.WARNING] == "azure maintenance"
+        assert annotations[marker.WARNING_ID] == "reboot-1"
+        fake.remove("reboot-1")  # canceled: it leaves the list without having started
+        wait_for(lambda: not ku.node(env.kube, node.name)["spec"].get("unschedulable"), 30,
+                 "the node given back")  # fmt: skip
+        after = ku.node(env.kube, node.name)["metadata"]
+        assert not set(marker.MARKER_KEYS) & set(after.get("annotations") or {})
+        assert marker.EXCLUDE_LB_LABEL not in (after.get("labels") or {})
+        assert fake.approvals == []  # an event naming others is never approved
+
+        fake.add(AzureEvent("preempt-1", "Preempt", [node.name], time.time() + 120))
+        wait_for(lambda: fake.approvals, 90, "the Preempt approved")
+        annotations = ku.node(env.kube, node.name)["metadata"]["annotations"]
+        assert annotations[marker.WARNING_ID] == "preempt-1"
+        assert annotations[marker.DRAIN_RESULT] == "drained"
+        assert [a.event_id for a in fake.approvals] == ["preempt-1"]
+        # The approval left after the drain's result was written (the agent's own log order).
+        drained = agent_line(node, "drain for warning: drained")
+        approved = agent_line(node, "approved scheduled event preempt-1")
+        assert realtime(drained) <= realtime(approved)
+    finally:
+        fake.stop()
 
 
 def drained_for_warning(kube: Kube, name: str) -> dict[str, str] | None:
