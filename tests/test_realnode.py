@@ -25,7 +25,7 @@ import pytest
 from hack import kubeutil as ku
 from hack.aemm import Aemm, rfc3339
 from hack.cloudfakes import AzureEvent, AzureScheduledEventsFake
-from hack.deb import VERBOSE_DROPIN, build_deb, dpkg_offline
+from hack.deb import install_agent
 from hack.localcluster.procs import free_ports
 from hack.nspawn import realtime
 from hack.realnode import TEST_IMAGE, NodeOptions, RealNode
@@ -78,18 +78,6 @@ def agent_config(
     warnings are off unless `warnings` says otherwise: no request to a real 169.254.169.254."""
     head = f'node = "{node}"\nkubeconfig = "/etc/nodeagent/kubeconfig"\n\n'
     return head + system_config(deadline, extra) + f"\n[warnings]\n{warnings}\n"
-
-
-def install_agent(node: RealNode, kubeconfig: Path, config: str) -> None:
-    """The agent's package as on a node image (enabled, after the real kubelet), verbose."""
-    dpkg_offline(node.root, build_deb())
-    dropin = node.path("etc/systemd/system/nodeagent.service.d/verbose.conf")
-    dropin.parent.mkdir(parents=True, exist_ok=True)
-    dropin.write_text(VERBOSE_DROPIN)
-    etc = node.path("etc/nodeagent")
-    (etc / "kubeconfig").write_text(kubeconfig.read_text())
-    (etc / "kubeconfig").chmod(0o600)
-    (etc / "config.toml").write_text(config)
 
 
 @dataclass

@@ -24,7 +24,7 @@ from typing import Any
 
 from hack import kubeutil as ku
 from hack.aemm import Aemm, rfc3339
-from hack.deb import VERBOSE_DROPIN, build_deb, dpkg_offline
+from hack.deb import install_agent
 from hack.departure.kinds import Config, Kind
 from hack.localcluster.cluster import Cluster
 from hack.localcluster.kubeapi import ApiError
@@ -93,18 +93,6 @@ def shorten_budget(node: RealNode, seconds: int) -> None:
     path = node.path("etc/systemd/logind.conf.d/zz-nodeagent.conf")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"[Login]\nInhibitDelayMaxSec={seconds}\n")
-
-
-def install_agent(node: RealNode, kubeconfig: Path, config: str) -> None:
-    """The agent's package in the node's root, as tests/test_realnode.py installs it."""
-    dpkg_offline(node.root, build_deb())
-    dropin = node.path("etc/systemd/system/nodeagent.service.d/verbose.conf")
-    dropin.parent.mkdir(parents=True, exist_ok=True)
-    dropin.write_text(VERBOSE_DROPIN)
-    etc = node.path("etc/nodeagent")
-    (etc / "kubeconfig").write_text(kubeconfig.read_text())
-    (etc / "kubeconfig").chmod(0o600)
-    (etc / "config.toml").write_text(config)
 
 
 # ---- the workload's objects --------------------------------------------------------------
