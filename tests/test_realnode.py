@@ -30,11 +30,13 @@ from hack.localcluster.procs import free_ports
 from hack.nspawn import realtime
 from hack.realnode import TEST_IMAGE, NodeOptions, RealNode
 from hack.realnode import host as realhost
+from nodeagent.cloud import aws
 from nodeagent.departure.leftovers import EVENT_REASON as LEFTOVER_DELETED
 from nodeagent.drain.podfilter import find_condition
 from nodeagent.fence import marker
 from nodeagent.kube.client import JSON, Kube, node_path, pods_path
 from nodeagent.rejection.controller import POD_REJECTED, STATE_WIPED
+from nodeagent.report import conditions
 from nodeagent.report.conditions import READY, ReadyReason
 from tests.test_system import DEADLINE as AGENT_DEADLINE
 from tests.test_system import config as system_config
@@ -674,6 +676,96 @@ def test_azure_events_canceled_and_approved_on_a_real_node(env: Env) -> None:
         assert realtime(drained) <= realtime(approved)
     finally:
         fake.stop()
+
+
+def test_rebalance_cordon_on_a_real_node_ends_with_its_lifetime(env: Env) -> None:
+    """Scenario 8: an AWS rebalance recommendation (amazon-ec2-metadata-mock on the host's
+    loopback, IMDSv2 required) read by the agent from its .deb, policy cordon, a 20 s
+    lifetime. The node is cordoned with the warning in its marker and its pods keep
+    running; once the lifetime is over it is given back though the endpoint still shows
+    the recommendation (no CloudWarningOver: it never left), nothing is left on the Node,
+    and the readings that follow do not cordon it again (NTH#321, #458)."""
+    lifetime = 20.0
+    (port,) = free_ports(1)
+    imds = (
+        f'cloud = "aws"\nmetadata_url = "http://127.0.0.1:{port}"\n'
+        f'rebalance = "cordon"\nrebalance_lifetime = "{lifetime:.0f}s"'
+    )
+    node = env.real_node("a", agent=agent_config(f"{env.group}-a", warnings=imds))
+    env.deployment("web", 2, POLITE, grace=10)
+    pods = ku.wait_running(env.kube, node.name, 2, timeout=90)
+    agent_ready(node)
+    before = ku.node(env.kube, node.name)
+
+    # Pinned (-r): the mock's notice time otherwise moves with every read. Its Spot notice
+    # comes an hour later (-d), after the test.
+    notice = float(int(time.time()))
+    mock = Aemm(["spot", "-r", rfc3339(notice), "-d", "3600"], env.tmp / "aemm.log", port=port)
+    try:
+        fenced = wait_for(lambda: cordoned(env.kube, node.name), lifetime, "the rebalance cordon")
+        annotations = fenced["metadata"]["annotations"]
+        assert annotations[marker.CORDONED_BY] == marker.AGENT
+        assert annotations[marker.DRAIN_REASON] == "warning"
+        assert annotations[marker.WARNING] == "aws rebalance"
+        assert annotations[marker.WARNING_ID] == "rebalance"
+        assert marker.WARNING_DEADLINE not in annotations  # a recommendation states no time
+        assert marker.DRAIN_RESULT not in annotations  # cordon only: nothing drained
+        assert fenced["metadata"]["labels"][marker.EXCLUDE_LB_LABEL] == "true"
+        assert serving(env, node) == uids(pods)
+
+        wait_for(lambda: not cordoned(env.kube, node.name), lifetime + 30, "the cordon's end")
+        # Undone for its lifetime, not early: the decision came after the notice's time
+        # plus the lifetime (the agent's own log, on the host's clock).
+        undone = agent_line(node, "uncordon: the cloud's warning is gone")
+        assert realtime(undone) >= notice + lifetime, (realtime(undone), notice)
+        fenced_at = realtime(agent_line(node, "cordon: aws rebalance warning")) - notice
+        print(f"notice to cordon {fenced_at:.1f}s, to uncordon {realtime(undone) - notice:.1f}s")
+        # The endpoint still shows it and the agent reads it again (every 10 s), then twice
+        # more: the node stays given back.
+        reads = mock.reads(aws.REBALANCE)
+        wait_for(lambda: mock.reads(aws.REBALANCE) > reads, 30, "the recommendation read again")
+        spots = mock.reads(aws.SPOT)
+        wait_for(lambda: mock.reads(aws.SPOT) >= spots + 2, 30, "two more readings")
+    finally:
+        mock.stop()
+    after = ku.node(env.kube, node.name)
+    assert not after["spec"].get("unschedulable"), after["spec"]
+    assert not set(marker.MARKER_KEYS) & set(after["metadata"].get("annotations") or {})
+    assert marker.EXCLUDE_LB_LABEL not in (after["metadata"].get("labels") or {})
+    drained_cond = conditions.find(after, conditions.DRAINED) or {}
+    assert drained_cond.get("reason") == "NotDraining", drained_cond
+    assert "Cloud warning over" in drained_cond.get("message", ""), drained_cond
+    assert (conditions.find(after, READY) or {}).get("status") == "True"
+    # The node lifecycle controller's unschedulable taint goes with the cordon.
+    wait_for(lambda: taints(env.kube, node.name) == (before["spec"].get("taints") or []), 30,
+             "the taints as they were")  # fmt: skip
+    assert serving(env, node) == uids(pods)
+    said = {e["reason"]: e["message"] for e in ku.node_events(env.kube, node.name)}
+    assert "rebalance recommendation" in said["CloudWarning"], said
+    assert said["Uncordoned"] == "Cloud warning over; uncordoned", said
+    assert "CloudWarningOver" not in said, said
+    reasons = [e["reason"] for e in ku.node_events(env.kube, node.name)]
+    assert reasons.count("Cordoned") == 1 and reasons.count("Uncordoned") == 1, reasons
+    events = env.kube.get(f"/api/v1/namespaces/{env.ns}/events")["items"]
+    assert not [e for e in events if e["reason"] == "Evicted"], events
+
+
+def cordoned(kube: Kube, name: str) -> JSON | None:
+    node = ku.node(kube, name)
+    return node if node["spec"].get("unschedulable") else None
+
+
+def taints(kube: Kube, name: str) -> list[JSON]:
+    return list(ku.node(kube, name)["spec"].get("taints") or [])
+
+
+def uids(pods: list[JSON]) -> set[str]:
+    return {p["metadata"]["uid"] for p in pods}
+
+
+def serving(env: Env, node: RealNode) -> set[str]:
+    """The UIDs of the node's pods that run and are not being deleted."""
+    return uids(ku.running(ku.pods_on(env.kube, node.name)))
 
 
 def drained_for_warning(kube: Kube, name: str) -> dict[str, str] | None:
