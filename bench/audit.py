@@ -11,11 +11,9 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
-from hack.fleet.apiusage import DRAINERS, SIM_USER
+from hack.fleet.apiusage import DRAINERS, SIM_USER, resource_name, stamp
 
 # The drainers' requests, and the simulator's pod DELETEs: its last one (grace 0, after the
 # containers stopped) is when a pod is gone, which times the wait for the last pod.
@@ -57,22 +55,6 @@ class Request:
     received: float  # seconds since the epoch
 
 
-def _stamp(text: str) -> float:
-    return datetime.fromisoformat(text).timestamp()
-
-
-def _resource(event: dict[str, Any]) -> str:
-    ref = event.get("objectRef")
-    if not ref:  # discovery and other non-resource paths
-        return str(event.get("requestURI", "?")).split("?")[0]
-    name = str(ref.get("resource", "?"))
-    if ref.get("apiGroup"):
-        name += f".{ref['apiGroup']}"
-    if ref.get("subresource"):
-        name += f"/{ref['subresource']}"
-    return name
-
-
 def read(path: Path) -> list[Request]:
     """Every logged request once (a watch logs ResponseStarted and ResponseComplete)."""
     seen: dict[str, Request] = {}
@@ -84,10 +66,10 @@ def read(path: Path) -> list[Request]:
             seen[event["auditID"]] = Request(
                 user=event["user"]["username"],
                 verb=event["verb"],
-                resource=_resource(event),
+                resource=resource_name(event),
                 namespace=str((event.get("objectRef") or {}).get("namespace", "")),
                 code=int((event.get("responseStatus") or {}).get("code") or 0),
-                received=_stamp(event["requestReceivedTimestamp"]),
+                received=stamp(event["requestReceivedTimestamp"]),
             )
     return sorted(seen.values(), key=lambda r: r.received)
 

@@ -21,12 +21,23 @@ defaults otherwise, hack/realnode/daemonset.py; without an agent the same as pow
 poweroff-target (`systemctl start poweroff.target` on the node: the shutdown is queued
 without logind, so there is no PrepareForShutdown and no delay lock to hold it; the agent
 hears its SIGTERM with the poweroff.target job queued and drains on that path, while every
-unit that conflicts with shutdown.target is stopped at the same time).
+unit that conflicts with shutdown.target is stopped at the same time), spot-interruption
+(amazon-ec2-metadata-mock, hack/aemm.py, starts on the host's loopback serving a Spot
+notice whose time is two minutes ahead; the agent reads it as its IMDS, with [warnings]
+cloud = "aws", and the node is powered off at the notice's time; every other kind keeps
+the agent's warnings off).
 configs: none (no agent, the kubelet's graceful shutdown off), nodeagent (the agent from its
 .deb, README defaults, or as the DaemonSet for daemonset-poweroff); the kubelet's graceful
 shutdown as managed platforms turn it on, gns (kOps: 30 s, 10 s of it for critical pods),
 gns-gke (30 s, 15 s) and gns-eks (EKS on Amazon Linux 2023: 150 s, 30 s), each alone and
-beside the agent as nodeagent+gns, nodeagent+gns-gke, nodeagent+gns-eks.
+beside the agent as nodeagent+gns, nodeagent+gns-gke, nodeagent+gns-eks; nodeagent-30s
+(the agent with 30 s for the whole shutdown, as a late or unheard cloud notice leaves it:
+logind's delay set to 30 s, so the drain is cut to fit, and the node's power cut if it is
+still up 30 s after the poweroff).
+
+Beside the requests, each cell reports drained_before_off (the drain for the cloud's
+warning ended before the poweroff) and lock_release_s (from logind's PrepareForShutdown to
+the agent releasing its delay lock, read from the agent's journal).
 
 --cgroup-driver (default cgroupfs) is the nodes' kubelet's and containerd's: with cgroupfs
 the pods' cgroups are the kubelet's and runc's own, outside systemd's units, and die in the
@@ -56,20 +67,22 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: the checkout is the import root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from hack import aemm
 from hack.departure.kinds import CONFIGS, Kind
 from hack.departure.scene import Scene
 from hack.departure.summary import summarize
 from hack.localcluster.cluster import Cluster, ClusterError
+from hack.localcluster.procs import free_ports
 from hack.realnode import csi as realcsi
 from hack.realnode import stateful
 from hack.realnode.config import CGROUP_DRIVERS, CgroupDriver
 
 KINDS = ("poweroff", "evacuate", "reboot", "stop", "rolling-reboot", "sigterm-ignoring",
-         "daemonset-poweroff", "poweroff-target")  # fmt: skip
+         "daemonset-poweroff", "poweroff-target", "spot-interruption")  # fmt: skip
 IMPLEMENTED = {k.value: k for k in Kind}
 COLUMNS = ("kind", "config", "sent", "failed", "long_cut", "longest_failure_s", "p50_ms",
            "p99_ms", "release_s", "off_s", "routed_to_departed_until_s", "stateful_ready_s",
-           "multi_attach_events")  # fmt: skip
+           "multi_attach_events", "drained_before_off", "lock_release_s")  # fmt: skip
 USAGE = 2
 
 
@@ -120,8 +133,14 @@ def run_cell(
         cluster.stop_attacher()
         cluster.start_attacher(csi_dir, stateful.DRIVER)
     daemonset = kind == Kind.DAEMONSET_POWEROFF.value
+    # The Spot notice's mock listens there from the notice on; the agents read it all along.
+    metadata = None
+    if kind == Kind.SPOT_INTERRUPTION.value:
+        aemm.binary()  # built now (once), not at the notice's moment
+        metadata = free_ports(1)[0]
     up = Scene.up(cluster, root / group, group, CONFIGS[config], csi_dir=csi_dir, volume=volume,
-                  daemonset=daemonset, cgroup_driver=driver)  # fmt: skip
+                  daemonset=daemonset, cgroup_driver=driver,
+                  metadata_port=metadata)  # fmt: skip
     with up as scene:
         departure = scene.depart(IMPLEMENTED[kind])
     if daemonset and not CONFIGS[config].agent:

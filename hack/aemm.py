@@ -42,6 +42,7 @@ class Aemm:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         flags = ["-n", "127.0.0.1", "-p", str(self.port), "-x", "-1"]
+        self.log = log
         self._log = log.open("ab")
         self.proc = subprocess.Popen(
             [binary(), *args, *flags, *(["-I"] if imdsv2 else [])],
@@ -63,6 +64,11 @@ class Aemm:
                 return bool(resp.status == 200)
         except (OSError, urllib.error.URLError):
             return False
+
+    def reads(self, path: str) -> int:
+        """How many GETs of `path` the log holds: the mock logs every request it takes, so
+        a test can wait for the agent's next readings instead of sleeping."""
+        return self.log.read_text(errors="replace").count(f"GET {path} ")
 
     def stop(self) -> None:
         if self.proc.poll() is None:

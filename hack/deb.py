@@ -7,6 +7,10 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hack.nspawn import Container
 
 from hack.emulation import host_arch
 
@@ -68,3 +72,16 @@ def dpkg_offline(root: Path, deb: Path, *args: str) -> None:
     )
     if out.returncode != 0:
         raise RuntimeError(f"dpkg -i {deb.name} failed: {out.stdout[-2000:]}{out.stderr[-2000:]}")
+
+
+def install_agent(node: Container, kubeconfig: Path, config: str) -> None:
+    """The agent's package in a node's root as on a node image (enabled, after the
+    kubelet), verbose, with `kubeconfig` and `config` under /etc/nodeagent."""
+    dpkg_offline(node.root, build_deb())
+    dropin = node.path("etc/systemd/system/nodeagent.service.d/verbose.conf")
+    dropin.parent.mkdir(parents=True, exist_ok=True)
+    dropin.write_text(VERBOSE_DROPIN)
+    etc = node.path("etc/nodeagent")
+    (etc / "kubeconfig").write_text(kubeconfig.read_text())
+    (etc / "kubeconfig").chmod(0o600)
+    (etc / "config.toml").write_text(config)

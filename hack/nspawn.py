@@ -1,5 +1,5 @@
 """The systemd-nspawn driver shared by the system tests' machines (tests/nspawn.py) and the
-real nodes (hack/realnode/node.py): start a booting container with its console logged, find
+real nodes (hack/realnode/node.py): start a booting container with nspawn's output logged, find
 its PID 1, run commands in it, wait for it to exit or kill it, read its journal (and an
 entry's time).
 
@@ -52,7 +52,13 @@ class Container:
             "--boot",
             "--register=no",
             "--keep-unit",
-            "--console=passive",
+            # No pty for a console: nspawn's own output goes to console-N.log, the node has
+            # no /dev/console, and its PID 1's status lines go nowhere (its journal has them
+            # all). With a pty PID 1 blocks for good in a status line once the pty's few KiB
+            # are full: `passive` never reads it, and `read-only`'s reader once stopped a
+            # second into a shutdown; the node then never powered off, as no real console
+            # does to it (tests/test_nspawn_console.py).
+            "--console=pipe",
             f"--machine={self.name}",
             "-D",
             str(self.root),
@@ -61,7 +67,7 @@ class Container:
 
     def spawn(self, argv: list[str], **popen: Any) -> subprocess.Popen[bytes]:
         """Start ``argv`` (an nspawn command line, maybe wrapped) as this container's next
-        boot, its console in ``workdir/console-N.log``."""
+        boot, nspawn's output in ``workdir/console-N.log``."""
         if self.running():
             raise self.error(f"container {self.name} is already running")
         self.boots += 1

@@ -54,6 +54,8 @@ ARTIFACT_MODULES = (
     "tests.test_chart",
     "hack.chart",
     "hack.aemm",  # built from the Go module proxy on first use
+    "hack.promtool",
+    "tests.test_dist_sums",
 )
 
 

@@ -12,6 +12,7 @@ a checkout under /tmp would vanish behind the unit's PrivateTmp=yes).
 
 from __future__ import annotations
 
+import re
 import select
 import shutil
 import socket
@@ -166,8 +167,13 @@ class Machine(Container):
         path.chmod(0o600)
 
     def write_config(self, config: str) -> None:
+        """The agent's config.toml. The cloud's warnings are off unless the config says
+        otherwise: a container sees the host's DMI strings, and on a cloud CI machine the
+        agent would read that machine's real metadata endpoint."""
         path = self.path("etc/nodeagent/config.toml")
         path.parent.mkdir(parents=True, exist_ok=True)
+        if not re.search(r"^\[warnings\]", config, re.M):
+            config = config.rstrip("\n") + '\n\n[warnings]\ncloud = "off"\n'
         path.write_text(config)
 
     # -- lifecycle -------------------------------------------------------------------------

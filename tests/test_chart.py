@@ -33,6 +33,8 @@ NON_DEFAULT = [
     "serviceMonitor.enabled=true",
     "podMonitor.enabled=true",
     "prometheusRule.enabled=true",
+    "grafanaDashboard.enabled=true",
+    "grafanaDashboard.annotations.grafana_folder=Nodes",
     "image.tag=0.1.0-custom",
     "config.drain.deadline=90s",
     "extraEnv[0].name=NODEAGENT_LOG_FORMAT",
@@ -136,7 +138,8 @@ def test_config_is_valid_for_the_agent(tmp_path: Path) -> None:
     from nodeagent import config
 
     for values in ([], NON_DEFAULT):
-        (cm,) = [o for o in objects(render("r", "ns", values)) if o["kind"] == "ConfigMap"]
+        docs = objects(render("r", "ns", values))
+        (cm,) = [o for o in docs if o["kind"] == "ConfigMap" and "config.toml" in o["data"]]
         path = tmp_path / "config.toml"
         path.write_text(cm["data"]["config.toml"])
         (ds,) = [o for o in objects(render("r", "ns", values)) if o["kind"] == "DaemonSet"]

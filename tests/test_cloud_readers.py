@@ -10,6 +10,8 @@ take up the endpoint's answers again once they are good.
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +28,7 @@ from hack.cloudfakes import (
     Reply,
 )
 from hack.kubeutil import wait_until
+from nodeagent.cloud import aws, gcp
 from nodeagent.cloud.watcher import WarningWatcher
 from nodeagent.config import WarningsConfig
 from nodeagent.context import Context
@@ -119,7 +122,8 @@ def test_azure_events_for_other_vms_and_far_times(watch) -> None:  # type: ignor
         fake.stop()
 
 
-def test_a_hanging_endpoint_never_stalls_the_loop(watch) -> None:  # type: ignore[no-untyped-def]
+def test_a_hanging_endpoint_never_stalls_the_loop(watch, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(gcp.GceMetadata, "timeout", 0.5)  # the read's wait, shortened
     fake = GceMetadataFake()
     try:
         fake.fault = Fault.HANG
@@ -173,13 +177,14 @@ class NoTokenImds(FakeEndpoint):
 
     def answer(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Reply:
         if method == "PUT":
-            time.sleep(3)  # longer than the reader waits: the reply never arrives
+            time.sleep(1)  # longer than the reader waits: the reply never arrives
             return 200, {}, b"token"
         return 401, {}, b"Unauthorized"
 
 
-def test_imds_without_a_token_says_why_once(watch, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
+def test_imds_without_a_token_says_why_once(watch, caplog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     caplog.set_level(logging.INFO)
+    monkeypatch.setattr(aws.Imds, "timeout", 0.5)  # the PUT's wait, shortened for the test
     fake = NoTokenImds()
     try:
         run = watch(Cloud.AWS, fake.url)
@@ -190,3 +195,23 @@ def test_imds_without_a_token_says_why_once(watch, caplog: pytest.LogCaptureFixt
         assert run.heard == []
     finally:
         fake.stop()
+
+
+def test_off_the_clouds_no_reader_is_loaded() -> None:
+    """Every node pays for what the loop imports: off a cloud, none of the readers and
+    their HTTP and date modules (about 1 MB of resident memory when they were)."""
+    code = (
+        "import sys\n"
+        "from nodeagent.cloud.watcher import WarningWatcher\n"
+        "from nodeagent.config import WarningsConfig\n"
+        "from nodeagent.context import Context\n"
+        "WarningWatcher(WarningsConfig(), lambda n: None, '/nonexistent').run("
+        "Context.background(), lambda: None, lambda: None)\n"
+        "prefixes = ('nodeagent.cloud.', 'http.', 'email.')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(prefixes)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert (
+        out.stdout.strip()
+        == "['nodeagent.cloud.detect', 'nodeagent.cloud.http', 'nodeagent.cloud.watcher']"
+    )

@@ -147,6 +147,8 @@ def test_scheduled_event_far_ahead_keeps_the_node_serving(node: Node) -> None:
     mock = aemm(node, "events", "-o", "instance-stop", "-b", rfc3339(time.time() + 2 * 86400))
     agent = node.agent(mock.url, "aws", maintenance_lead="1h")
     ku.wait_until(lambda: "CloudWarning" in node.events(), 20, "the warning reported")
+    # The Event says from when it will act: its start less the lead.
+    assert any("policy drain, from " in m for m in node.events()["CloudWarning"])
     seen = agent.metric("nodeagent_loop_last_success_timestamp_seconds", loop="warnings")
     ku.wait_until(
         lambda: (

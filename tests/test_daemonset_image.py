@@ -28,10 +28,17 @@ import yaml
 
 import tests.test_chart as chart
 from hack import kubeutil as ku
+from hack.aemm import Aemm, rfc3339
 from hack.agentproc import free_port
 from hack.chart import kubectl, note_cluster_scoped, objects, privileged_namespace, render
 from hack.deb import hack
-from nodeagent.fence.marker import DRAIN_RESULT
+from nodeagent.fence.marker import (
+    DRAIN_REASON,
+    DRAIN_RESULT,
+    WARNING,
+    WARNING_DEADLINE,
+    WARNING_ID,
+)
 from nodeagent.kube.client import JSON, Kube, pods_path
 from tests.test_daemonset_agent import mock_logind, preparing
 from tests.test_image import unpack
@@ -414,3 +421,60 @@ def test_the_kubelet_identity_drains_too(
         assert drain_result(kube, node) == "drained", pod.output()
     finally:
         pod.kill()
+
+
+def test_a_spot_notice_drains_the_node_on_the_host_network(
+    image_root: Path,
+    cluster: Any,
+    kube: Kube,
+    logind: Bus,
+    tmp_path: Path,
+    cluster_scoped: list[JSON],
+) -> None:
+    """The cloud's early warning in the DaemonSet form, the chart rendered as on AWS:
+    `config.warnings` names the cloud and the metadata URL (the test's
+    amazon-ec2-metadata-mock on loopback, IMDSv2 required), `hostNetwork: true` as the
+    chart says IMDSv2 needs (nspawn shares the host's network, which is what the manifest
+    asks for). The pod reads a Spot notice and drains the node for the warning, its
+    marker naming it; the shutdown that follows finds the node drained."""
+    port = free_port()
+    rendered = render_applied(
+        cluster,
+        kube,
+        [
+            "hostNetwork=true",
+            "updateStrategy.rollingUpdate.maxSurge=0",
+            "updateStrategy.rollingUpdate.maxUnavailable=1",
+            "config.warnings.cloud=aws",
+            f"config.warnings.metadata_url=http://127.0.0.1:{port}",
+        ],
+        cluster_scoped,
+    )
+    assert rendered.pod_spec["hostNetwork"] is True
+    node = node_with_a_pod(cluster, kube, "imgspot")
+    pod = PodRun(rendered, image_root, tmp_path, ku.unique("agent"), node, cluster, kube, logind)
+    mock: Aemm | None = None
+    try:
+        pod.start()
+        holds_the_lock(logind, pod)
+        at = float(int(time.time()) + 120)
+        mock = Aemm(["spot", "-a", "stop", "-t", rfc3339(at)], tmp_path / "aemm.log", port=port)
+        ku.wait_until(lambda: drain_result(kube, node) == "drained", 60, "the warning's drain")
+        annotations = ku.node(kube, node)["metadata"]["annotations"]
+        assert annotations[DRAIN_REASON] == "warning", pod.output()
+        assert annotations[WARNING] == "aws interruption"
+        assert annotations[WARNING_ID] == "spot-itn-stop"
+        assert annotations[WARNING_DEADLINE] == rfc3339(at)
+        assert cordoned(kube, node) and drained(kube, node), pod.output()
+
+        started = time.monotonic()
+        preparing(logind, True)
+        emit_prepare(logind, True, "poweroff")
+        wait_for(lambda: not our_inhibitors(logind), 60)
+        print(f"image: spot notice drained; PrepareForShutdown to lock release "
+              f"{time.monotonic() - started:.2f}s")  # fmt: skip
+        assert "aws interruption warning (Spot interruption: stop" in pod.output()
+    finally:
+        pod.kill()
+        if mock is not None:
+            mock.stop()

@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 SOURCES = sorted((REPO / "ignition").glob("*.bu"))
 QUADLET_DIR = "/etc/containers/systemd/"
 UNIT_DIR = "/etc/systemd/system/"
+SCOPES = ("cri-containerd", "crio", "docker")  # each runtime's container scopes
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +144,7 @@ def test_plain_units_pass_systemd_analyze_verify(built: Path, name: str, tmp_pat
     units = {
         path.removeprefix(UNIT_DIR): text
         for path, text in files(built, name).items()
-        if path.startswith(UNIT_DIR)
+        if path.startswith(UNIT_DIR) and "/" not in path.removeprefix(UNIT_DIR)
     }
     if name == "flatcar":
         assert sorted(units) == ["nodeagent-image.service", "nodeagent.service"]
@@ -154,6 +155,17 @@ def test_plain_units_pass_systemd_analyze_verify(built: Path, name: str, tmp_pat
         verify(tmp_path, units, "/opt/nodeagent/unpack-image", "/usr/bin/nodeagent")
     else:
         assert units == {}  # Fedora CoreOS gets its unit from Quadlet, below
+
+
+@pytest.mark.parametrize("name", ["flatcar", "fcos"])
+def test_container_scopes_stop_after_the_agent(built: Path, name: str) -> None:
+    """Each runtime's container scopes get the shipped drop-in, under /etc."""
+    shipped = (REPO / "systemd" / "pod-scope-nodeagent.conf").read_text()
+    dropins = {
+        p: t for p, t in files(built, name).items() if p.endswith(".scope.d/50-nodeagent.conf")
+    }
+    assert sorted(dropins) == [f"{UNIT_DIR}{rt}-.scope.d/50-nodeagent.conf" for rt in SCOPES]
+    assert set(dropins.values()) == {shipped}
 
 
 def parse_unit_text(text: str, tmp_path: Path) -> dict[str, dict[str, list[str]]]:

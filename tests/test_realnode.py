@@ -23,14 +23,20 @@ from typing import Any
 import pytest
 
 from hack import kubeutil as ku
-from hack.deb import VERBOSE_DROPIN, build_deb, dpkg_offline
+from hack.aemm import Aemm, rfc3339
+from hack.cloudfakes import AzureEvent, AzureScheduledEventsFake
+from hack.deb import install_agent
+from hack.localcluster.procs import free_ports
 from hack.nspawn import realtime
 from hack.realnode import TEST_IMAGE, NodeOptions, RealNode
 from hack.realnode import host as realhost
+from nodeagent.cloud import aws
 from nodeagent.departure.leftovers import EVENT_REASON as LEFTOVER_DELETED
 from nodeagent.drain.podfilter import find_condition
+from nodeagent.fence import marker
 from nodeagent.kube.client import JSON, Kube, node_path, pods_path
 from nodeagent.rejection.controller import POD_REJECTED, STATE_WIPED
+from nodeagent.report import conditions
 from nodeagent.report.conditions import READY, ReadyReason
 from tests.test_system import DEADLINE as AGENT_DEADLINE
 from tests.test_system import config as system_config
@@ -67,22 +73,13 @@ def container(script: str, **extra: Any) -> JSON:
 NO_TOKEN = {"automountServiceAccountToken": False}
 
 
-def agent_config(node: str, deadline: float = AGENT_DEADLINE, extra: str = "") -> str:
-    """The system tests' agent config, on the kubeconfig install_agent writes."""
+def agent_config(
+    node: str, deadline: float = AGENT_DEADLINE, extra: str = "", warnings: str = 'cloud = "off"'
+) -> str:
+    """The system tests' agent config, on the kubeconfig install_agent writes. The cloud's
+    warnings are off unless `warnings` says otherwise: no request to a real 169.254.169.254."""
     head = f'node = "{node}"\nkubeconfig = "/etc/nodeagent/kubeconfig"\n\n'
-    return head + system_config(deadline, extra)
-
-
-def install_agent(node: RealNode, kubeconfig: Path, config: str) -> None:
-    """The agent's package as on a node image (enabled, after the real kubelet), verbose."""
-    dpkg_offline(node.root, build_deb())
-    dropin = node.path("etc/systemd/system/nodeagent.service.d/verbose.conf")
-    dropin.parent.mkdir(parents=True, exist_ok=True)
-    dropin.write_text(VERBOSE_DROPIN)
-    etc = node.path("etc/nodeagent")
-    (etc / "kubeconfig").write_text(kubeconfig.read_text())
-    (etc / "kubeconfig").chmod(0o600)
-    (etc / "config.toml").write_text(config)
+    return head + system_config(deadline, extra) + f"\n[warnings]\n{warnings}\n"
 
 
 @dataclass
@@ -589,6 +586,193 @@ def test_beside_the_kubelets_graceful_shutdown_its_pods_are_taken_out_at_once(en
     wait_for(lambda: not ku.exists(env.kube, pods_path(env.ns, "solo")), 60, "solo to be gone")
     events = env.kube.get(f"/api/v1/namespaces/{env.ns}/events")["items"]
     assert not [e for e in events if e["reason"] == LEFTOVER_DELETED], events
+
+
+def test_spot_notice_drains_before_the_poweroff_and_the_lock_goes_at_once(env: Env) -> None:
+    """Scenario 6: a Spot interruption notice, read by the agent from its .deb as the node's
+    IMDS (amazon-ec2-metadata-mock on the host's loopback, which the node shares, IMDSv2
+    required). The node is drained for the warning, with the warning in its marker, before
+    the poweroff; at PrepareForShutdown the drain finds nothing left to evict, and the lock
+    is released right after it."""
+    (port,) = free_ports(1)
+    imds = f'cloud = "aws"\nmetadata_url = "http://127.0.0.1:{port}"'
+    node = env.real_node("a", agent=agent_config(f"{env.group}-a", warnings=imds))
+    env.deployment("web", 2, POLITE, grace=10)
+    ku.wait_running(env.kube, node.name, 2, timeout=90)
+    ku.pdb(env.kube, env.ns, "web", {"app": "web"}, maxUnavailable=1)
+    ku.wait_pdb_ready(env.kube, env.ns, "web")
+    env.open_spare()
+    agent_ready(node)
+
+    at = float(int(time.time()) + 120)
+    mock = Aemm(["spot", "-a", "terminate", "-t", rfc3339(at)], env.tmp / "aemm.log", port=port)
+    try:
+        annotations = wait_for(lambda: drained_for_warning(env.kube, node.name), 60,
+                               "the drain for the warning recorded")  # fmt: skip
+        assert annotations[marker.WARNING] == "aws interruption"
+        assert annotations[marker.WARNING_ID] == "spot-itn-terminate"
+        assert annotations[marker.WARNING_DEADLINE] == rfc3339(at)
+        # Evicted: each ran its SIGTERM trap (an object may stay, terminal, on the node).
+        assert all(terminated_by_sigterm(p) for p in on_node(env.pods("web"), node.name))
+
+        assert node.run("poweroff").returncode == 0
+        assert node.wait_exit(DEADLINE + MARGIN) == 0
+    finally:
+        mock.stop()
+    assert len([p for p in on_node(env.pods("web"), env.spare) if ku.ready(p)]) == 2
+    entries = node.journal("-u", "nodeagent.service")
+    order = ["PrepareForShutdown(True)", "drain for poweroff: drained", "released the logind"]
+    found = [next((i for i, e in enumerate(entries) if text in e["MESSAGE"]), -1) for text in order]
+    assert -1 not in found and found == sorted(found), found
+    warned = agent_line(node, "drain for warning: drained")
+    assert realtime(warned) < realtime(entries[found[0]])
+    held = realtime(entries[found[2]]) - realtime(entries[found[0]])
+    print(f"PrepareForShutdown to the lock's release: {held:.2f}s")
+    # Nothing was left for the shutdown's drain: no pod evicted after the warning's drain.
+    events = env.kube.get(f"/api/v1/namespaces/{env.ns}/events")["items"]
+    evicted = [e for e in events if e["reason"] == "Evicted"]
+    assert len(evicted) == 2, evicted
+
+
+def test_azure_events_canceled_and_approved_on_a_real_node(env: Env) -> None:
+    """Scenario 7: Azure Scheduled Events (hack/cloudfakes.py, on the host's loopback the
+    node shares) read by the agent from its .deb. A Reboot fifteen minutes ahead for this VM
+    and another drains the node (the lead is 10 minutes by default: set to 20 here) and is
+    never approved (that would start it for the other VM too); canceled (gone from the list,
+    never Started), the node is given back with nothing left. Then a Preempt naming this VM
+    alone drains it again and is approved only once the drain is on the Node."""
+    fake = AzureScheduledEventsFake(vm_name=f"{env.group}-a")
+    try:
+        events = f'cloud = "azure"\nmetadata_url = "{fake.url}"\nmaintenance_lead = "20m"'
+        node = env.real_node("a", agent=agent_config(f"{env.group}-a", warnings=events))
+        env.deployment("web", 2, POLITE, grace=10)
+        ku.wait_running(env.kube, node.name, 2, timeout=90)
+        env.open_spare()
+        agent_ready(node)
+
+        # It names another VM too (an availability set's): drained for, never approved.
+        fake.add(AzureEvent("reboot-1", "Reboot", [node.name, "vm-b"], time.time() + 900))
+        annotations = wait_for(lambda: drained_for_warning(env.kube, node.name), 60,
+                               "the drain for the Reboot recorded")  # fmt: skip
+        assert annotations[marker.WARNING] == "azure maintenance"
+        assert annotations[marker.WARNING_ID] == "reboot-1"
+        fake.remove("reboot-1")  # canceled: it leaves the list without having started
+        wait_for(lambda: not ku.node(env.kube, node.name)["spec"].get("unschedulable"), 30,
+                 "the node given back")  # fmt: skip
+        after = ku.node(env.kube, node.name)["metadata"]
+        assert not set(marker.MARKER_KEYS) & set(after.get("annotations") or {})
+        assert marker.EXCLUDE_LB_LABEL not in (after.get("labels") or {})
+        assert fake.approvals == []  # an event naming others is never approved
+
+        fake.add(AzureEvent("preempt-1", "Preempt", [node.name], time.time() + 120))
+        wait_for(lambda: fake.approvals, 90, "the Preempt approved")
+        annotations = ku.node(env.kube, node.name)["metadata"]["annotations"]
+        assert annotations[marker.WARNING_ID] == "preempt-1"
+        assert annotations[marker.DRAIN_RESULT] == "drained"
+        assert [a.event_id for a in fake.approvals] == ["preempt-1"]
+        # The approval left after the drain's result was written (the agent's own log order).
+        drained = agent_line(node, "drain for warning: drained")
+        approved = agent_line(node, "approved scheduled event preempt-1")
+        assert realtime(drained) <= realtime(approved)
+    finally:
+        fake.stop()
+
+
+def test_rebalance_cordon_on_a_real_node_ends_with_its_lifetime(env: Env) -> None:
+    """Scenario 8: an AWS rebalance recommendation (amazon-ec2-metadata-mock on the host's
+    loopback, IMDSv2 required) read by the agent from its .deb, policy cordon, a 20 s
+    lifetime. The node is cordoned with the warning in its marker and its pods keep
+    running; once the lifetime is over it is given back though the endpoint still shows
+    the recommendation (no CloudWarningOver: it never left), nothing is left on the Node,
+    and the readings that follow do not cordon it again (NTH#321, #458)."""
+    lifetime = 20.0
+    (port,) = free_ports(1)
+    imds = (
+        f'cloud = "aws"\nmetadata_url = "http://127.0.0.1:{port}"\n'
+        f'rebalance = "cordon"\nrebalance_lifetime = "{lifetime:.0f}s"'
+    )
+    node = env.real_node("a", agent=agent_config(f"{env.group}-a", warnings=imds))
+    env.deployment("web", 2, POLITE, grace=10)
+    pods = ku.wait_running(env.kube, node.name, 2, timeout=90)
+    agent_ready(node)
+    before = ku.node(env.kube, node.name)
+
+    # Pinned (-r): the mock's notice time otherwise moves with every read. Its Spot notice
+    # comes an hour later (-d), after the test.
+    notice = float(int(time.time()))
+    mock = Aemm(["spot", "-r", rfc3339(notice), "-d", "3600"], env.tmp / "aemm.log", port=port)
+    try:
+        fenced = wait_for(lambda: cordoned(env.kube, node.name), lifetime, "the rebalance cordon")
+        annotations = fenced["metadata"]["annotations"]
+        assert annotations[marker.CORDONED_BY] == marker.AGENT
+        assert annotations[marker.DRAIN_REASON] == "warning"
+        assert annotations[marker.WARNING] == "aws rebalance"
+        assert annotations[marker.WARNING_ID] == "rebalance"
+        assert marker.WARNING_DEADLINE not in annotations  # a recommendation states no time
+        assert marker.DRAIN_RESULT not in annotations  # cordon only: nothing drained
+        assert fenced["metadata"]["labels"][marker.EXCLUDE_LB_LABEL] == "true"
+        assert serving(env, node) == uids(pods)
+
+        wait_for(lambda: not cordoned(env.kube, node.name), lifetime + 30, "the cordon's end")
+        # Undone for its lifetime, not early: the decision came after the notice's time
+        # plus the lifetime (the agent's own log, on the host's clock).
+        undone = agent_line(node, "uncordon: the cloud's warning is gone")
+        assert realtime(undone) >= notice + lifetime, (realtime(undone), notice)
+        fenced_at = realtime(agent_line(node, "cordon: aws rebalance warning")) - notice
+        print(f"notice to cordon {fenced_at:.1f}s, to uncordon {realtime(undone) - notice:.1f}s")
+        # The endpoint still shows it and the agent reads it again (every 10 s), then twice
+        # more: the node stays given back.
+        reads = mock.reads(aws.REBALANCE)
+        wait_for(lambda: mock.reads(aws.REBALANCE) > reads, 30, "the recommendation read again")
+        spots = mock.reads(aws.SPOT)
+        wait_for(lambda: mock.reads(aws.SPOT) >= spots + 2, 30, "two more readings")
+    finally:
+        mock.stop()
+    after = ku.node(env.kube, node.name)
+    assert not after["spec"].get("unschedulable"), after["spec"]
+    assert not set(marker.MARKER_KEYS) & set(after["metadata"].get("annotations") or {})
+    assert marker.EXCLUDE_LB_LABEL not in (after["metadata"].get("labels") or {})
+    drained_cond = conditions.find(after, conditions.DRAINED) or {}
+    assert drained_cond.get("reason") == "NotDraining", drained_cond
+    assert "Cloud warning over" in drained_cond.get("message", ""), drained_cond
+    assert (conditions.find(after, READY) or {}).get("status") == "True"
+    # The node lifecycle controller's unschedulable taint goes with the cordon.
+    wait_for(lambda: taints(env.kube, node.name) == (before["spec"].get("taints") or []), 30,
+             "the taints as they were")  # fmt: skip
+    assert serving(env, node) == uids(pods)
+    said = {e["reason"]: e["message"] for e in ku.node_events(env.kube, node.name)}
+    assert "rebalance recommendation" in said["CloudWarning"], said
+    assert said["Uncordoned"] == "Cloud warning over; uncordoned", said
+    assert "CloudWarningOver" not in said, said
+    reasons = [e["reason"] for e in ku.node_events(env.kube, node.name)]
+    assert reasons.count("Cordoned") == 1 and reasons.count("Uncordoned") == 1, reasons
+    events = env.kube.get(f"/api/v1/namespaces/{env.ns}/events")["items"]
+    assert not [e for e in events if e["reason"] == "Evicted"], events
+
+
+def cordoned(kube: Kube, name: str) -> JSON | None:
+    node = ku.node(kube, name)
+    return node if node["spec"].get("unschedulable") else None
+
+
+def taints(kube: Kube, name: str) -> list[JSON]:
+    return list(ku.node(kube, name)["spec"].get("taints") or [])
+
+
+def uids(pods: list[JSON]) -> set[str]:
+    return {p["metadata"]["uid"] for p in pods}
+
+
+def serving(env: Env, node: RealNode) -> set[str]:
+    """The UIDs of the node's pods that run and are not being deleted."""
+    return uids(ku.running(ku.pods_on(env.kube, node.name)))
+
+
+def drained_for_warning(kube: Kube, name: str) -> dict[str, str] | None:
+    """The Node's annotations once the agent recorded a finished drain for a warning."""
+    annotations = ku.node(kube, name)["metadata"].get("annotations") or {}
+    reason, result = annotations.get(marker.DRAIN_REASON), annotations.get(marker.DRAIN_RESULT)
+    return dict(annotations) if reason == "warning" and result == "drained" else None
 
 
 def ready_reason(kube: Kube, name: str) -> str | None:

@@ -358,6 +358,7 @@ def test_poweroff_target_bypassing_logind_drains_on_sigterm(node: Node) -> None:
     node.workloads()
     node.boot()
     node.agent_ready()
+    container_scope(node.machine, POD_SCOPE)
 
     start = time.time()
     out = node.machine.run("systemctl", "start", "--no-block", "poweroff.target")
@@ -370,6 +371,47 @@ def test_poweroff_target_bypassing_logind_drains_on_sigterm(node: Node) -> None:
     (stopped,) = node.machine.kubelet_stops()
     drained = realtime(node.journal_line("drain for poweroff: drained"))
     assert start < drained < stopped
+    # The pod slice's stop at the shutdown's start stopped the container's scope only once
+    # the agent had stopped (the package's drop-in, systemd/pod-scope-nodeagent.conf).
+    agent_stopped = first_line(node.machine, "nodeagent.service", "Stopped ")
+    assert drained < agent_stopped <= first_line(node.machine, POD_SCOPE, "Stopping ")
+
+
+# A container's scope as containerd's systemd cgroup driver names it, in a pod's slice.
+POD_SCOPE = "cri-containerd-0123456789abcdef.scope"
+POD_SLICE = "kubepods-besteffort-pod0123.slice"
+
+
+def container_scope(machine: Machine, name: str) -> None:
+    """A container's scope in its pod's slice, both made as the kubelet's and runc's systemd
+    driver make them: transient, DefaultDependencies=no. The slice still conflicts with
+    shutdown.target, and its stop at a shutdown's start takes the scope down with it."""
+    slice_unit = (
+        "busctl call org.freedesktop.systemd1 /org/freedesktop/systemd1 "
+        "org.freedesktop.systemd1.Manager StartTransientUnit 'ssa(sv)a(sa(sv))' "
+        f"{POD_SLICE} replace 1 DefaultDependencies b false 0"
+    )
+    out = machine.run("sh", "-c", slice_unit)
+    assert out.returncode == 0, out.stderr
+    run = f"systemd-run --scope --unit={name} --slice={POD_SLICE} -p DefaultDependencies=no"
+    out = machine.run("sh", "-c", f"{run} sleep infinity >/dev/null 2>&1 &")
+    assert out.returncode == 0, out.stderr
+    ku.wait_until(
+        lambda: machine.run("systemctl", "is-active", name).stdout.strip() == "active",
+        30,
+        f"{name} active",
+    )
+
+
+def first_line(machine: Machine, unit: str, prefix: str) -> float:
+    """When systemd first logged `prefix...` about `unit` (wall clock)."""
+    found = [
+        realtime(e)
+        for e in machine.journal("_PID=1")
+        if e.get("UNIT") == unit and e["MESSAGE"].startswith(prefix)
+    ]
+    assert found, f"systemd logged no {prefix!r} for {unit}"
+    return min(found)
 
 
 def agent_locks(node: Node) -> list[list[str]]:

@@ -21,6 +21,7 @@ from nodeagent.host.logindconf import required_delay
 REPO = Path(__file__).resolve().parent.parent
 UNIT = REPO / "systemd" / "nodeagent.service"
 LOGIND_DROPIN = REPO / "systemd" / "logind-nodeagent.conf"
+SCOPE_DROPIN = REPO / "systemd" / "pod-scope-nodeagent.conf"
 HOST_UNITS = Path("/usr/lib/systemd/system")
 MAX_EXPOSURE = 2.0
 VENDOR_LOGIND_DROPINS = ("99-kubelet.conf", "unattended-upgrades-logind-maxdelay.conf")
@@ -173,3 +174,10 @@ def test_wipe_dropin_adds_only_ptrace_and_is_measured(tmp_path: Path) -> None:
     (tmp_path / "nodeagent.service.d").mkdir()
     (tmp_path / "nodeagent.service.d" / dropin.name).write_text(dropin.read_text())
     assert exposure(UNIT) < exposure(tmp_path / "nodeagent.service") <= 2.2
+
+
+def test_container_scopes_are_ordered_before_the_agent_and_nothing_else() -> None:
+    """Stop order is the reverse of start order: a scope Before= the agent stops after it.
+    Only an ordering: no dependency that would pull the agent in or stop a scope with it."""
+    unit = parse_unit(SCOPE_DROPIN)
+    assert unit == {"Unit": {"Before": ["nodeagent.service"]}}

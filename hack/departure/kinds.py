@@ -29,6 +29,9 @@ class Kind(Enum):
     # `systemctl start poweroff.target`: the job queued without logind, so no
     # PrepareForShutdown and no delay lock; the agent hears only its SIGTERM.
     POWEROFF_TARGET = "poweroff-target"
+    # The cloud's Spot notice (amazon-ec2-metadata-mock on the host's loopback, the agent
+    # reading it as its IMDS) two minutes ahead, then the poweroff at the notice's time.
+    SPOT_INTERRUPTION = "spot-interruption"
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,11 @@ class Config:
     name: str
     agent: bool
     gns: GracefulShutdown | None = None
+    # The time a shutdown has, as a late notice leaves it (GCP's 30 s from soft-off to
+    # hard-off): logind's delay set to it (the agent's budget follows) and the node's power
+    # cut when it is still up that long after the poweroff. None: logind's delay is the
+    # agent's drop-in's, and nothing cuts the power.
+    budget_s: int | None = None
 
     def node_options(self, group: str, driver: CgroupDriver = "cgroupfs") -> NodeOptions:
         gns = self.gns or GracefulShutdown(0, 0)
@@ -71,5 +79,7 @@ CONFIGS = {
         Config("nodeagent", agent=True),
         *(Config(name, agent=False, gns=gns) for name, gns in GNS.items()),
         *(Config(f"nodeagent+{name}", agent=True, gns=gns) for name, gns in GNS.items()),
+        # What a node gets whose warning came late or was not heard: 30 s in all.
+        Config("nodeagent-30s", agent=True, budget_s=30),
     )
 }

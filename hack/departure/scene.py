@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from hack import kubeutil as ku
-from hack.deb import VERBOSE_DROPIN, build_deb, dpkg_offline
+from hack.aemm import Aemm, rfc3339
+from hack.deb import install_agent
 from hack.departure.kinds import Config, Kind
 from hack.localcluster.cluster import Cluster
 from hack.localcluster.kubeapi import ApiError
@@ -67,23 +68,31 @@ STUBBORN = "trap '' TERM; while true; do sleep 1; done"
 STUBBORN_GRACE_S = 300
 # The stop kind's maintenance: the runtime down this long (its containers stopped).
 MAINTENANCE_S = 10.0
+# EC2's Spot interruption notice comes two minutes before the instance is stopped.
+SPOT_NOTICE_S = 120
+WARNING_REASON = "warning"  # the agent's reason for a drain it does for the cloud's warning
 
 
-def agent_config(node: str, extra: str = "") -> str:
-    """The README's configuration: its defaults, the node's name and a kubeconfig."""
-    return f'node = "{node}"\nkubeconfig = "/etc/nodeagent/kubeconfig"\n{extra}'
+def agent_config(node: str, extra: str = "", metadata_port: int | None = None) -> str:
+    """The README's configuration: its defaults, the node's name and a kubeconfig. The
+    cloud's warnings are off (no request ever goes to a real 169.254.169.254) unless
+    `metadata_port` is given: then AWS's, read from the mock on the host's loopback, which
+    the node shares (hack/nspawn.py)."""
+    warnings = (
+        f'cloud = "aws"\nmetadata_url = "http://127.0.0.1:{metadata_port}"'
+        if metadata_port is not None
+        else 'cloud = "off"'
+    )
+    head = f'node = "{node}"\nkubeconfig = "/etc/nodeagent/kubeconfig"\n'
+    return f"{head}{extra}\n[warnings]\n{warnings}\n"
 
 
-def install_agent(node: RealNode, kubeconfig: Path, config: str) -> None:
-    """The agent's package in the node's root, as tests/test_realnode.py installs it."""
-    dpkg_offline(node.root, build_deb())
-    dropin = node.path("etc/systemd/system/nodeagent.service.d/verbose.conf")
-    dropin.parent.mkdir(parents=True, exist_ok=True)
-    dropin.write_text(VERBOSE_DROPIN)
-    etc = node.path("etc/nodeagent")
-    (etc / "kubeconfig").write_text(kubeconfig.read_text())
-    (etc / "kubeconfig").chmod(0o600)
-    (etc / "config.toml").write_text(config)
+def shorten_budget(node: RealNode, seconds: int) -> None:
+    """logind's delay cut to `seconds`: an administrator's file of the same name as the
+    package's drop-in (systemd/logind-nodeagent.conf), in /etc, overrides it."""
+    path = node.path("etc/systemd/logind.conf.d/zz-nodeagent.conf")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"[Login]\nInhibitDelayMaxSec={seconds}\n")
 
 
 # ---- the workload's objects --------------------------------------------------------------
@@ -174,6 +183,12 @@ class Departure:
     stateful_ready: float | None = None
     multi_attach_events: int | None = None
     cgroup_driver: CgroupDriver = "cgroupfs"
+    # The agent's journal: when it heard the cloud's warning, when that drain ended, when
+    # the poweroff was asked for, and logind's PrepareForShutdown to the lock's release.
+    warning_heard: float | None = None
+    warning_drained: float | None = None
+    poweroff_at: float | None = None
+    lock_held_s: float | None = None
 
 
 @dataclass
@@ -194,6 +209,10 @@ class Scene:
     volume: str = "1"  # the mock driver's volume it uses
     daemonset: bool = False  # the agent runs as the chart's DaemonSet, not from its .deb
     cgroup_driver: CgroupDriver = "cgroupfs"  # the nodes' kubelet and containerd
+    # The leaving node's agent reads AWS's warnings from amazon-ec2-metadata-mock on this
+    # loopback port (started by the spot-interruption kind); None: its warnings are off.
+    metadata_port: int | None = None
+    poweroff_at: float | None = None  # when the leaving node's poweroff was asked for
     # The chart's cluster-scoped objects, deleted on exit (its namespace goes with it).
     rbac: list[dict[str, Any]] = field(default_factory=list)
 
@@ -219,6 +238,7 @@ class Scene:
         volume: str = "1",
         daemonset: bool = False,
         cgroup_driver: CgroupDriver = "cgroupfs",
+        metadata_port: int | None = None,
     ) -> Iterator[Scene]:
         """Nodes, workload and client, all Ready; everything stopped and checked on exit.
         Without `dnd`, no do-not-disrupt pod (whose ceiling makes the departure 60 s longer).
@@ -228,7 +248,9 @@ class Scene:
         `volume` ("1" to "3"; the attach/detach controller keeps one attached to a node
         that powered off for minutes, so consecutive scenes take turns). With `daemonset`,
         an agent config runs the agent as the chart's DaemonSet. `cgroup_driver` is the
-        nodes' (hack/realnode NodeOptions)."""
+        nodes' (hack/realnode NodeOptions). With `metadata_port`, the leaving node's agent
+        from the .deb reads AWS's warnings there (the kind spot-interruption serves them);
+        every other agent's warnings are off."""
         nodes: list[RealNode] = []
         client: ClientNet | None = None
         daemonset = daemonset and config.agent
@@ -244,7 +266,14 @@ class Scene:
                 if csi_dir:
                     realcsi.install_plugin(node.root, stateful.DRIVER)
                 if config.agent and not daemonset:
-                    install_agent(node, cluster.kubeconfig, agent_config(name, agent_extra))
+                    # Only the leaving node's agent reads the mock: it cannot tell the nodes
+                    # apart (both ask from the host's loopback), and the notice is not the
+                    # staying node's.
+                    port = metadata_port if node is nodes[0] else None
+                    agent = agent_config(name, agent_extra, port)
+                    install_agent(node, cluster.kubeconfig, agent)
+                if config.budget_s is not None:
+                    shorten_budget(node, config.budget_s)
                 node.boot()
                 import_into(node)
                 if archive is not None:
@@ -253,7 +282,7 @@ class Scene:
             scene = cls(
                 cluster, workdir, group, config, nodes[0], nodes[1], client, dnd=dnd,
                 csi_dir=csi_dir, volume=volume, daemonset=daemonset, rbac=rbac,
-                cgroup_driver=cgroup_driver,
+                cgroup_driver=cgroup_driver, metadata_port=metadata_port,
             )  # fmt: skip
             scene._deploy()
             yield scene
@@ -455,7 +484,9 @@ class Scene:
             started = time.time()
             on_start(started)
             off_at = self._leave(kind, notes)
-            end = started + DEPARTURE_CAP_S
+            # A Spot notice's poweroff comes two minutes in: the cap counts from it.
+            begun = self.poweroff_at if kind is Kind.SPOT_INTERRUPTION else None
+            end = (begun or started) + DEPARTURE_CAP_S
             while set(ips) & {e.split(":")[0] for e in tracker.current()}:
                 if time.time() > end:
                     notes.append(
@@ -498,6 +529,7 @@ class Scene:
             stateful_ready=ready,
             multi_attach_events=multi,
             cgroup_driver=self.cgroup_driver,
+            **self._agent_times(),
         )
 
     def _departing(self, kind: Kind) -> list[RealNode]:
@@ -531,6 +563,8 @@ class Scene:
         if kind is Kind.STOP:
             return self._maintain()
         node = self.leaving
+        if kind is Kind.SPOT_INTERRUPTION:
+            return self._spot_interruption(notes)
         if kind is Kind.POWEROFF_TARGET:
             node.run("systemctl", "start", "--no-block", "poweroff.target")
             self._wait_off(node, notes)
@@ -545,14 +579,44 @@ class Scene:
             self.evacuated = time.time() if self._emptied() else None
             if self.config.agent and self.evacuated is None:
                 notes.append(f"no drain after {wait:.0f}s: powered off all the same")
+        return self._poweroff(notes)
+
+    def _poweroff(self, notes: list[str]) -> float:
+        """`systemctl poweroff` on the leaving node; returns when it is off. With the
+        config's budget, the power is cut when the node is still up after it, as the cloud
+        does at the end of a late notice's time (GCP's hard-off)."""
+        node = self.leaving
+        self.poweroff_at = time.time()
         node.run("systemctl", "poweroff", "--no-block")
-        node.wait_exit(DEPARTURE_CAP_S)
+        cut = self.config.budget_s
+        if cut is None:
+            node.wait_exit(DEPARTURE_CAP_S)
+            return time.time()
+        try:
+            node.wait_exit(max(0.0, self.poweroff_at + cut - time.time()))
+        except subprocess.TimeoutExpired:
+            notes.append(f"still up {cut}s after the poweroff: power cut")
+            node.kill()
         return time.time()
+
+    def _spot_interruption(self, notes: list[str]) -> float:
+        """The Spot notice served from now, its time two minutes ahead (whole seconds, as
+        IMDS states it), and the poweroff at that time. Without an agent nobody reads it."""
+        at = float(int(time.time()) + SPOT_NOTICE_S)
+        log = self.workdir / "aemm.log"
+        notice = ["spot", "-a", "terminate", "-t", rfc3339(at)]
+        mock = Aemm(notice, log, port=self.metadata_port) if self.metadata_port else None
+        try:
+            time.sleep(max(0.0, at - time.time()))
+            return self._poweroff(notes)
+        finally:
+            if mock is not None:
+                mock.stop()
 
     def _wait_off(self, node: RealNode, notes: list[str]) -> None:
         """Until the node is off; one still up after DEPARTURE_CAP_S is noted with what
-        its systemd still has queued, then killed (seen on this kind: an agent that had
-        drained but not exited, or the final kill sweep's 90 s after a 65 s drain)."""
+        its systemd still has queued, then killed (seen while the nodes' console was an
+        unread pty: PID 1 blocked in a status line once it was full, hack/nspawn.py)."""
         try:
             node.wait_exit(DEPARTURE_CAP_S)
             return
@@ -615,6 +679,23 @@ class Scene:
                 return realtime(entry)
         return None
 
+    def _agent_times(self) -> dict[str, float | None]:
+        """From the leaving node's agent journal (the .deb form): when it heard the cloud's
+        warning and when that drain ended, and the seconds from logind's first
+        PrepareForShutdown to the lock's release after it."""
+        times: dict[str, float | None] = {"poweroff_at": self.poweroff_at}
+        if not self.config.agent or self.daemonset:
+            return times
+        entries = self.leaving.journal("-u", "nodeagent.service")
+        times["warning_heard"] = _first(entries, "aws interruption warning (")
+        times["warning_drained"] = _first(entries, f"drain for {WARNING_REASON}: ")
+        prepared = _first(entries, "PrepareForShutdown(True)")
+        if prepared is not None:
+            after = [e for e in entries if realtime(e) >= prepared]
+            released = _first(after, "released the logind delay lock")
+            times["lock_held_s"] = None if released is None else released - prepared
+        return times
+
     def _emptied(self) -> bool:
         """No pod of the service is left on the leaving node (the agent logs no evacuation
         outcome line at INFO: the API says when the drain is done)."""
@@ -629,6 +710,8 @@ class Scene:
             return self.evacuated
         if kind is Kind.STOP:
             return self.stopped
+        if kind is Kind.SPOT_INTERRUPTION:
+            return self._drain_line(WARNING_REASON)
         # logind of systemd 252 (the node's) does not say a reboot from a poweroff: the agent
         # reports a reboot's drain as one for poweroff.
         return self._drain_line(Kind.POWEROFF.value)
@@ -754,6 +837,11 @@ def _pod_log_line(node: RealNode, ns: str, text: str) -> float | None:
                 found.append(when.timestamp() + float(f"0.{frac or 0}"))
                 break
     return min(found, default=None)
+
+
+def _first(entries: list[dict[str, str]], text: str) -> float | None:
+    """When the first journal entry holding `text` was written (wall clock)."""
+    return next((realtime(e) for e in entries if text in e["MESSAGE"]), None)
 
 
 def _jobs(node: RealNode) -> str:

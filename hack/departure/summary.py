@@ -64,6 +64,13 @@ def summarize(departure: Any) -> dict[str, Any]:
         # From the stateful pod's old incarnation leaving the API to its replacement Ready.
         "stateful_ready_s": _between(departure.stateful_deleted, departure.stateful_ready),
         "multi_attach_events": departure.multi_attach_events,
+        # The agent's own times: the cloud's warning heard and its drain's end (from the
+        # departure's start), whether that drain ended before the poweroff, and the
+        # seconds from logind's PrepareForShutdown to the agent releasing its lock.
+        "warning_heard_s": _since(departure.warning_heard, t0),
+        "warning_drained_s": _since(departure.warning_drained, t0),
+        "drained_before_off": _before(departure.warning_drained, departure.poweroff_at),
+        "lock_release_s": _round(departure.lock_held_s, 2),
     }
     if longs:
         cell["long_errors"] = sorted({r["error"] for r in longs if not r["ok"]})
@@ -87,5 +94,9 @@ def _since(when: float | None, t0: float) -> float | None:
     return None if when is None else round(when - t0, 1)
 
 
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 1)
+def _before(first: float | None, then: float | None) -> bool | None:
+    return None if first is None or then is None else first < then
+
+
+def _round(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)

@@ -64,11 +64,13 @@ class Call:
     completed: float | None  # None: still running (a watch held open)
 
 
-def _stamp(text: str) -> float:
+def stamp(text: str) -> float:
+    """An audit event's timestamp, in seconds since the epoch."""
     return datetime.fromisoformat(text).timestamp()
 
 
-def _resource(event: dict[str, Any]) -> str:
+def resource_name(event: dict[str, Any]) -> str:
+    """What an audit event's request was to: 'pods/eviction', 'leases.coordination.k8s.io'."""
     ref = event.get("objectRef")
     if not ref:  # discovery and other non-resource paths
         return str(event.get("requestURI", "?")).split("?")[0]
@@ -91,14 +93,14 @@ def read(path: Path) -> list[Call]:
                 call = calls[event["auditID"]] = Call(
                     user=event["user"]["username"],
                     verb=event["verb"],
-                    resource=_resource(event),
+                    resource=resource_name(event),
                     namespace=str((event.get("objectRef") or {}).get("namespace", "")),
                     code=int((event.get("responseStatus") or {}).get("code") or 0),
-                    received=_stamp(event["requestReceivedTimestamp"]),
+                    received=stamp(event["requestReceivedTimestamp"]),
                     completed=None,
                 )
             if event["stage"] in ("ResponseComplete", "Panic"):
-                call.completed = _stamp(event["stageTimestamp"])
+                call.completed = stamp(event["stageTimestamp"])
                 call.code = int((event.get("responseStatus") or {}).get("code") or call.code)
     return sorted(calls.values(), key=lambda c: c.received)
 

@@ -60,6 +60,8 @@ def values(
         *([f"config.drain.deadline={deadline}"] if deadline else []),
         *([f"metrics.port={metrics_port}"] if metrics_port else []),
         "config.log_format=text",
+        # No request to a real 169.254.169.254 from the host's network.
+        "config.warnings.cloud=off",
         # The real node's pods have a network without a route to the host, where the
         # local API server listens on loopback.
         "hostNetwork=true",

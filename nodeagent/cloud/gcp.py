@@ -65,6 +65,7 @@ class GceMetadata:
     """Long-polls maintenance-event, reads preempted between polls."""
 
     interval = 0.0  # the long poll is the wait
+    timeout = 2.0  # a plain read's; a long poll's is its own end plus this
 
     def __init__(self, base: str = "") -> None:
         self.base = (base or BASE).rstrip("/")
@@ -85,7 +86,7 @@ class GceMetadata:
 
     def _maintenance(self) -> str:
         path = MAINTENANCE
-        timeout = 2.0
+        timeout = self.timeout
         if self._etag:
             path += f"?wait_for_change=true&last_etag={self._etag}&timeout_sec={WAIT_SECONDS}"
             timeout += WAIT_SECONDS
@@ -93,8 +94,8 @@ class GceMetadata:
         self._etag = reply.headers.get("etag", "")
         return reply.body
 
-    def _get(self, path: str, timeout: float = 2.0) -> Reply:
-        reply = request(self.base, path, headers=HEADERS, timeout=timeout)
+    def _get(self, path: str, timeout: float | None = None) -> Reply:
+        reply = request(self.base, path, headers=HEADERS, timeout=timeout or self.timeout)
         if reply.status != 200:
             if reply.status == 503:  # during maintenance itself (Google's sample retries)
                 raise MetadataError(Error.HTTP, f"{path}: HTTP 503, the server is busy")

@@ -7,7 +7,6 @@ failure is a `MetadataError` whose `error` labels the metric.
 
 from __future__ import annotations
 
-import http.client
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -49,6 +48,8 @@ def request(
     timeout: float = 2.0,
 ) -> Reply:
     """One request to `base` + `path`; raises MetadataError when no answer came."""
+    import http.client  # on a cloud only (nodeagent/cloud/watcher.py, source_for)
+
     url = urlsplit(base)
     conn = http.client.HTTPConnection(url.hostname or "", url.port or 80, timeout=timeout)
     try:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from nodeagent.cloud import aws, azure, detect, gcp
+from nodeagent.cloud import detect
 from nodeagent.cloud.http import Error, MetadataError
 from nodeagent.config import WarningsConfig
 from nodeagent.context import Context
@@ -27,8 +27,6 @@ from nodeagent.report import metrics
 log = logging.getLogger(__name__)
 
 ERROR_WAIT = 5.0  # seconds between reads while the endpoint fails
-# The longest a read may take (Azure's first answer), plus slack: the loop's max silence.
-LONGEST_READ = azure.ScheduledEvents.timeout + 15.0
 
 
 class Source(Protocol):
@@ -39,11 +37,19 @@ class Source(Protocol):
 
 
 def source_for(cloud: Cloud, base: str) -> Source:
+    """The reader of `cloud`'s endpoint. Imported here, on a cloud only: off the clouds the
+    agent carries none of them (their HTTP and date modules cost every node 1 MB)."""
     if cloud is Cloud.AWS:
-        return aws.Imds(base)
+        from nodeagent.cloud.aws import Imds
+
+        return Imds(base)
     if cloud is Cloud.GCP:
-        return gcp.GceMetadata(base)
-    return azure.ScheduledEvents(base)
+        from nodeagent.cloud.gcp import GceMetadata
+
+        return GceMetadata(base)
+    from nodeagent.cloud.azure import ScheduledEvents
+
+    return ScheduledEvents(base)
 
 
 class WarningWatcher:

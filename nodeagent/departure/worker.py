@@ -39,7 +39,7 @@ from nodeagent.fence.decision import (
     evacuation_asked,
 )
 from nodeagent.fence.reason import Policy, Reason
-from nodeagent.fence.warning import Due, Notice, due
+from nodeagent.fence.warning import Due, Notice, due, stamp, window
 from nodeagent.kube.client import JSON, Kube, KubeError
 from nodeagent.kube.watch import Reflector
 from nodeagent.report import metrics
@@ -210,10 +210,13 @@ class Departure:
         for notice in now:
             if notice.event_id in seen:
                 continue
-            policy = self.cfg.warnings.policy(notice.kind)
-            log.warning("%s; policy %s", notice.describe(), policy)
+            said = f"{notice.describe()}; policy {self.cfg.warnings.policy(notice.kind)}"
+            start, _end = window(notice, self.cfg.warnings)
+            if start > time.time():  # a scheduled event days ahead: the node serves until
+                said += f", from {stamp(start)}"
+            log.warning("%s", said)
             metrics.CLOUD_WARNINGS.labels(notice.cloud, notice.kind).inc()
-            events.node(node, "CloudWarning", f"{notice.describe()}; policy {policy}", WARNING)
+            events.node(node, "CloudWarning", said, WARNING)
         current = {n.event_id for n in now}
         for notice in before:
             if notice.event_id not in current:

@@ -1,0 +1,182 @@
+"""hack/vm reboot|soft-reboot: a VM node with the agent is restarted from inside
+(``systemctl reboot``: a new kernel and boot ID; ``systemctl soft-reboot``: userspace only,
+the same kernel and boot ID), and the agent names the shutdown's type from systemd 257's
+``PrepareForShutdownWithMetadata``, drains, and uncordons the node once its kubelet is back.
+
+What it checks, from the API (polled through the restart) and the guest's journal (read once
+it is back): the drain reason, the drain before logind's lock is released, the boot ID
+changed or kept as the kind says, no ``UncleanShutdown``, and the uncordon no earlier than
+the kubelet's first heartbeat after it started again. Prints what it measured.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hack import kubeutil as ku
+from hack.localcluster.cluster import Cluster
+from nodeagent.fence.marker import DRAIN_REASON
+from nodeagent.kube.client import Kube, node_path
+from nodeagent.objects import condition, is_ready
+
+from . import agent
+from .config import VmOptions
+from .node import VmError, VmNode, _rfc3339
+from .smoke import REPLICAS, SmokeFailed, Timings, agent_config, held, wait_agent, workload
+
+KINDS = ("reboot", "soft-reboot")
+COMEBACK = 900.0  # seconds from the command to uncordoned, TCG at nice 19 included
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One look at the Node from the host while it restarts."""
+
+    at: float  # host wall clock
+    boot_id: str
+    cordoned: bool
+    reason: str
+    ready: bool
+    heartbeat: float
+
+
+def look(kube: Kube, name: str) -> Seen:
+    obj = kube.get(node_path(name))
+    ready = condition(obj, "Ready") or {}
+    return Seen(
+        at=time.time(),
+        boot_id=(obj.get("status") or {}).get("nodeInfo", {}).get("bootID", ""),
+        cordoned=bool(obj["spec"].get("unschedulable")),
+        reason=obj["metadata"].get("annotations", {}).get(DRAIN_REASON, ""),
+        ready=is_ready(obj),
+        heartbeat=float(_rfc3339(ready["lastHeartbeatTime"])) if ready else 0.0,
+    )
+
+
+def run(kind: str, workdir: Path, lock: Path | None = None) -> dict[str, float]:
+    t = Timings()
+    cluster = Cluster.start(workdir / "cluster")
+    node: VmNode | None = None
+    try:
+        kube = Kube.from_kubeconfig(str(cluster.kubeconfig))
+        group = ku.unique("vm")
+        ku.namespace(kube, group)
+        spare = f"{group}-spare"
+        cluster.add_node(spare, {ku.GROUP_LABEL: group})
+        kube.merge_patch(node_path(spare), {"spec": {"unschedulable": True}})
+        name = f"{group}-a"
+        opts = VmOptions(labels={ku.GROUP_LABEL: group})
+        node = VmNode.create(cluster, name, workdir / name, opts)
+        agent.install(node.root, agent_config())
+        t.time("disk image (mke2fs -d)", node.make_disk)
+        with held(lock):
+            scenario(kind, kube, node, group, spare, t)
+        return t.steps
+    finally:
+        if node is not None:
+            node.stop()
+        cluster.stop()
+
+
+def scenario(kind: str, kube: Kube, vm: VmNode, group: str, spare: str, t: Timings) -> None:
+    t.time("boot to kubelet Ready", vm.boot)
+    workload(kube, group)
+    t.time(f"{REPLICAS} pods to Running", lambda: ku.wait_running(kube, vm.name, REPLICAS, 600))
+    ku.wait_pdb_ready(kube, group, "web", timeout=120)
+    t.time("agent holding logind's delay lock", lambda: wait_agent(vm))
+    ku.open_node(kube, spare)
+    before = look(kube, vm.name)
+    sent = time.time()
+    try:
+        vm.run("systemctl", kind, timeout=60)
+    except VmError as exc:  # the guest agent may be stopped before it answers
+        print(f"  systemctl {kind}: {exc}")
+    seen = watch(kube, vm, sent)
+    vm.wait(300, vm.guest_agent_up, "the guest agent did not come back")
+    check(kind, kube, vm, before, sent, seen, t)
+
+
+def watch(kube: Kube, vm: VmNode, sent: float) -> list[Seen]:
+    """The Node, once a second, from the command until it is cordoned and then uncordoned."""
+    seen: list[Seen] = []
+
+    def uncordoned() -> bool:
+        seen.append(look(kube, vm.name))
+        return any(s.cordoned for s in seen) and not seen[-1].cordoned
+
+    vm.wait(COMEBACK, uncordoned, "not cordoned and uncordoned again")
+    return seen
+
+
+def journal(vm: VmNode, unit: str, text: str, after: float) -> tuple[float, str]:
+    """The first line of `unit` holding `text` after `after` (every boot's journal)."""
+    out = vm.run("journalctl", "-u", unit, "-o", "short-unix", "--no-pager", timeout=120).stdout
+    for line in out.splitlines():
+        stamp, _, rest = line.partition(" ")
+        if text in rest and float(stamp) >= after:
+            return float(stamp), rest
+    raise SmokeFailed(f"no {text!r} in {unit}'s journal after the command")
+
+
+def check(
+    kind: str, kube: Kube, vm: VmNode, before: Seen, sent: float, seen: list[Seen], t: Timings
+) -> None:
+    reasons = {s.reason for s in seen if s.cordoned and s.reason}
+    if reasons != {kind}:
+        raise SmokeFailed(f"cordoned with {DRAIN_REASON} {sorted(reasons)}, not {kind!r}")
+    _, typed = journal(vm, "nodeagent", "logind: PrepareForShutdown(True)", sent)
+    if not typed.endswith(f"type {kind}"):
+        raise SmokeFailed(f"the agent heard: {typed!r}")
+    drained, _ = journal(vm, "nodeagent", f"drain for {kind}: drained", sent)
+    released, _ = journal(vm, "nodeagent", "released the logind delay lock", sent)
+    stopped, _ = journal(vm, "kubelet", "Stopping", sent)
+    started, _ = journal(vm, "kubelet", "Started kubelet", stopped)
+    uncordon, _ = journal(vm, "nodeagent", "uncordon:", released)
+    back = [s for s in seen if s.ready and s.heartbeat >= int(started)]
+    if not back:
+        raise SmokeFailed("no heartbeat from the restarted kubelet before the uncordon")
+    if not sent < drained <= released < stopped < started:
+        raise SmokeFailed(
+            f"out of order: sent {sent:.1f}, drained {drained:.1f}, released {released:.1f}, "
+            f"kubelet stopped {stopped:.1f}, started {started:.1f}"
+        )
+    if uncordon < back[0].heartbeat:
+        raise SmokeFailed(
+            f"uncordoned at {uncordon:.1f}, before the restarted kubelet's first heartbeat "
+            f"{back[0].heartbeat:.0f}"
+        )
+    after = seen[-1]
+    same = after.boot_id == before.boot_id
+    if same != (kind == "soft-reboot"):
+        raise SmokeFailed(f"boot ID {before.boot_id} -> {after.boot_id} after a {kind}")
+    unclean = [
+        c for c in ku.node(kube, vm.name)["status"].get("conditions", [])
+        if c.get("reason") == "UncleanShutdown"
+    ]  # fmt: skip
+    if unclean:
+        raise SmokeFailed(f"reported {unclean[0]['type']}=UncleanShutdown after a {kind}")
+    for label, at in (
+        ("drained", drained),
+        ("lock released", released),
+        ("kubelet started again", started),
+        ("back Ready (heartbeat)", back[0].heartbeat),
+        ("uncordoned", uncordon),
+    ):
+        t.steps[f"{kind} to {label}"] = at - sent
+        print(f"  {kind} to {label}: {at - sent:.1f}s", flush=True)
+    print(f"  boot ID {before.boot_id} -> {after.boot_id}")
+
+
+def main(kind: str, lock: Path | None = None) -> int:
+    with tempfile.TemporaryDirectory(prefix=f"vm-{kind}.") as tmp:
+        try:
+            steps = run(kind, Path(tmp), lock)
+        except SmokeFailed as exc:
+            print(f"FAILED: {exc}")
+            return 1
+    print(f"OK: the {kind} was named, drained first, and undone once the kubelet was back")
+    print(" ".join(f"{k}={v:.1f}s" for k, v in steps.items()))
+    return 0
