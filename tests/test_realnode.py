@@ -716,7 +716,7 @@ def test_rebalance_cordon_on_a_real_node_ends_with_its_lifetime(env: Env) -> Non
         wait_for(lambda: not cordoned(env.kube, node.name), lifetime + 30, "the cordon's end")
         # Undone for its lifetime, not early: the decision came after the notice's time
         # plus the lifetime (the agent's own log, on the host's clock).
-        undone = agent_line(node, "uncordon: the cloud's warning is gone")
+        undone = agent_line(node, "uncordon: the cloud's warning is over")
         assert realtime(undone) >= notice + lifetime, (realtime(undone), notice)
         fenced_at = realtime(agent_line(node, "cordon: aws rebalance warning")) - notice
         print(f"notice to cordon {fenced_at:.1f}s, to uncordon {realtime(undone) - notice:.1f}s")

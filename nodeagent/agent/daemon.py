@@ -20,7 +20,7 @@ from types import FrameType
 
 from nodeagent.agent.loops import Loop, Notifier
 from nodeagent.agent.mirror import NodeMirror
-from nodeagent.agent.reconcile import AfterStart
+from nodeagent.agent.reconcile import AfterStart, ready_in_this_boot
 from nodeagent.config import Config
 from nodeagent.context import Context
 from nodeagent.departure.lockholder import LogindLockHolder
@@ -31,7 +31,6 @@ from nodeagent.kube import identity
 from nodeagent.kube.client import JSON, READ_TIMEOUT, Kube, KubeError
 from nodeagent.kube.credentials import Identity
 from nodeagent.kube.watch import STUCK_AFTER, Reflector, node_pods
-from nodeagent.objects import is_ready as ready
 from nodeagent.report import metrics
 from nodeagent.report.conditions import ConditionWriter, heartbeat_wait
 from nodeagent.report.events import EventRecorder
@@ -101,6 +100,7 @@ class Agent:
             self.report,
             self.notify.status,
             self.pods,
+            this_boot,
         )
         self._sigterm = threading.Event()
         self.claim = AgentClaim(cfg.lock_file, cfg.form)
@@ -294,10 +294,15 @@ class Agent:
 
     def _clean_leftovers(self, ctx: Context) -> None:
         """Once the node is Ready after boot, delete what the last shutdown left."""
-        from nodeagent.departure.leftovers import LeftoverCleaner, this_boot
+        from nodeagent.departure.leftovers import LeftoverCleaner
 
         loop = self._loop("leftovers")
-        while not ready(self.mirror.wait(ready, 1.0) or {}):
+        boot = this_boot()
+
+        def kubelet_back(node: JSON | None) -> bool:
+            return node is not None and ready_in_this_boot(node, boot)
+
+        while not kubelet_back(self.mirror.wait(kubelet_back, 1.0)):
             if ctx.cancelled:
                 return
             loop.beat()
@@ -306,7 +311,7 @@ class Agent:
             self.node_name,
             self.cfg.leftovers,
             self.events,
-            this_boot(),
+            boot,
             loop.beat,
             pods=self.pods,
         )
@@ -330,3 +335,11 @@ class Agent:
 
     def _hold_logind_lock(self, ctx: Context) -> None:
         self.lockholder.run(ctx, self._loop("logind").succeeded)
+
+
+def this_boot() -> float:
+    """When this boot began (nodeagent/departure/leftovers.py), imported when first asked:
+    only an agent that finds its node cordoned, or cleans up after a boot, needs it."""
+    from nodeagent.departure.leftovers import this_boot as began
+
+    return began()

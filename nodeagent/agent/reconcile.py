@@ -20,8 +20,9 @@ from nodeagent.departure.worker import Departure
 from nodeagent.fence import marker
 from nodeagent.fence.decision import Step, evacuation_asked
 from nodeagent.fence.reason import marker_reason
-from nodeagent.kube.client import JSON, Kube, KubeError, node_path
+from nodeagent.kube.client import JSON, Kube, KubeError, api_time, node_path
 from nodeagent.kube.watch import Reflector
+from nodeagent.objects import condition
 from nodeagent.objects import is_ready as ready
 from nodeagent.report import conditions, metrics
 from nodeagent.report.conditions import ConditionWriter
@@ -43,7 +44,9 @@ class AfterStart:
         report: ConditionWriter,
         status: Callable[[str], None],
         pods: Reflector,
+        boot: Callable[[], float],
     ) -> None:
+        """`boot`: when this boot began (epoch seconds), asked once the wait begins."""
         self.pods = pods  # the daemon's one watch of the node's pods
         self.cfg = cfg
         self.kube = kube
@@ -53,6 +56,7 @@ class AfterStart:
         self.report = report
         self.status = status
         self.beat: Callable[[], None] = lambda: None
+        self.boot = boot
 
     def run(self, ctx: Context, beat: Callable[[], None]) -> None:
         self.beat = beat
@@ -64,7 +68,7 @@ class AfterStart:
             self.status("running; node needs no uncordon")
             return
         self.status(f"waiting for node Ready to undo the {state.reason} cordon")
-        self._wait_node_ready(ctx)
+        self._wait_node_ready(ctx, self.boot())
         if ctx.wait(self.cfg.uncordon.settle):
             return
         # Only the marker seen at start: a shutdown cordon taken since is not ours to undo.
@@ -95,14 +99,16 @@ class AfterStart:
             self.beat()
         return node
 
-    def _wait_node_ready(self, ctx: Context) -> None:
+    def _wait_node_ready(self, ctx: Context, boot: float) -> None:
         wanted = self.cfg.uncordon.wait_for_daemonsets
         # The node's pods matter only when named DaemonSets must be Ready first.
         pods = self.pods
 
         def can_run_pods(node: JSON | None) -> bool:
             return ctx.cancelled or (
-                node is not None and ready(node) and _daemonsets_ready(pods.snapshot(), wanted)
+                node is not None
+                and ready_in_this_boot(node, boot)
+                and _daemonsets_ready(pods.snapshot(), wanted)
             )
 
         with pods.hold() if wanted else nullcontext():
@@ -159,6 +165,21 @@ class AfterStart:
                 {"metadata": {"annotations": {marker.LAST_BOOT_ID: current}}},
             )
         return unclean
+
+
+def ready_in_this_boot(node: JSON, boot: float) -> bool:
+    """Ready, by a heartbeat the kubelet wrote since `boot` (epoch seconds, this node's
+    clock, as the kubelet's).
+
+    A stopped kubelet's Ready stays on the Node for the node controller's grace period
+    (40 s by default): a fast reboot or a soft-reboot (the same kernel and boot ID) brings
+    the agent back inside it. A kubelet's first status after it starts is always written,
+    so the kubelet of this boot is seen within its first sync, however long its later
+    reports wait (nodeStatusReportFrequency, 5 minutes). Heartbeats carry whole seconds:
+    `boot` is rounded down, and the last boot's kubelet stopped seconds before it.
+    """
+    beat = api_time((condition(node, "Ready") or {}).get("lastHeartbeatTime"))
+    return ready(node) and beat is not None and beat >= int(boot)
 
 
 def _shutdown_marked(node: JSON) -> bool:

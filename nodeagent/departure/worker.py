@@ -197,7 +197,7 @@ class Departure:
             queued, self._node_queued = self._node_queued, True
         drains = warned is not None and warned.policy is Policy.DRAIN
         if running and running.reason is Reason.WARNING and not drains:
-            log.info("the cloud's warning is gone; stopping its drain")
+            log.info("the cloud's warning is over or asks for no drain now; stopping its drain")
             running.ctx.cancel()
         if not queued:
             self._queue.put(Signal(Occasion.NODE))

@@ -181,7 +181,7 @@ def _node(o: Observed) -> Decision:
             undo=frozenset({Reason.WARNING}),
             event="Cloud warning over; uncordoned",
             condition=conditions.not_draining("Cloud warning over"),
-            why="the cloud's warning is gone",
+            why="the cloud's warning is over (gone, or past its lifetime)",
         )
     if not o.taint:
         # The agent's evacuate cordon, or its record of an evacuation under a person's
