@@ -47,8 +47,9 @@ def build_deb(suite: str = "bookworm", arch: str | None = None) -> Path:
     return hack("build-deb", 3600, target)[-1]
 
 
-def dpkg_offline(root: Path, deb: Path, *args: str) -> None:
-    """``dpkg -i`` into a root where no systemd runs, as a node image's build does."""
+def dpkg_offline(root: Path, deb: Path, *args: str, env: tuple[str, ...] = ()) -> None:
+    """``dpkg -i`` into a root where no systemd runs, as a node image's build does; ``env``
+    (NAME=VALUE) for its processes (an emulated root's, hack/emulation.qemu_env)."""
     out = subprocess.run(
         [
             "systemd-nspawn",
@@ -59,6 +60,7 @@ def dpkg_offline(root: Path, deb: Path, *args: str) -> None:
             "-D",
             str(root),
             f"--bind-ro={deb}:/tmp/{deb.name}",
+            *(f"--setenv={e}" for e in env),
             "dpkg",
             "-i",
             *args,

@@ -1,5 +1,5 @@
 """Foreign architectures' binaries on this host for as long as a block needs them: hack/binfmt's
-hold and release around it. qemu-user-static's handler is registered once for all holders
+hold and release around it. Debian 13's qemu-user is registered once for all holders
 (builds and tests alike) and taken away after the last, so nothing stays registered."""
 
 from __future__ import annotations
@@ -23,6 +23,19 @@ def host_arch() -> str:
         ["dpkg", "--print-architecture"], capture_output=True, text=True, check=True, timeout=30
     )
     return out.stdout.strip()
+
+
+def qemu_env(arch: str) -> tuple[str, ...]:
+    """What the processes of an ``arch`` root need in their environment to be emulated as
+    hack/binfmt emulates them (QEMU_CPU: which CPU, and why), as NAME=VALUE; nothing for the
+    host's own. A root's processes get none of the host's environment (nspawn, nsenter under
+    ``env -i``, a booted systemd's services), so each of those is given it."""
+    if arch == host_arch():
+        return ()
+    out = subprocess.run(
+        [str(BINFMT), "cpu", arch], capture_output=True, text=True, check=True, timeout=30
+    )
+    return (f"QEMU_CPU={out.stdout.strip()}",)
 
 
 def _binfmt(command: str, arch: str, holder: str) -> None:

@@ -5,12 +5,16 @@ A package goes into a fresh root of its own suite and architecture (``hack/nspaw
 ARCH``) by ``dpkg -i``, as a node image's build installs it, and the root boots under
 systemd-nspawn: systemd 252 on bookworm, 257 on trixie. An arm64 root's every process, its
 systemd and the agent included, runs under qemu-user (hack/emulation.py holds the binfmt
-handler for the test only). The agent in it starts as a unit, answers ``nodeagent --version``,
-takes its logind lock and drains a simulated node on the harness's control plane, which it
-reaches on the host's loopback, when the container powers off.
+handler for the test only), as a Neoverse N1, with drop-ins for what qemu-user cannot do
+(EMULATION_DROPINS: the agent's IPC namespace, and on 257 units' credentials and mount
+namespaces; the amd64 roots test the sandbox as shipped). The agent in it starts as a unit,
+answers ``nodeagent --version``, takes its logind lock and drains a simulated node on the
+harness's control plane, which it reaches on the host's loopback, when the container powers
+off.
 
-Marked ``multiarch`` (tests/conftest.py): CI runs it; it is cold the slowest tier, with two
-emulated build roots, two emulated test roots and two emulated builds.
+Marked ``multiarch`` (tests/conftest.py), run by ``hack/test --multiarch`` and not by CI: cold
+it is the slowest tier, with two emulated build roots, two emulated test roots and two emulated
+builds (the README has the times).
 """
 
 from __future__ import annotations
@@ -26,9 +30,9 @@ import pytest
 
 from hack import kubeutil as ku
 from hack.deb import build_deb, dpkg_offline
-from hack.emulation import MACHINE, emulated, host_arch
+from hack.emulation import MACHINE, emulated, host_arch, qemu_env
 from nodeagent.kube.client import Kube
-from tests.nspawn import nspawn_root
+from tests.nspawn import Machine, nspawn_root
 from tests.test_system import DEADLINE, MARGIN, Node, assert_drained, config, new_node
 
 REPO = Path(__file__).resolve().parent.parent
@@ -39,13 +43,65 @@ VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["versi
 # seconds where they take one natively.
 BOOT = 300.0
 AGENT_START = 180.0
-# What qemu-user (Debian 12's 7.2) cannot do for an emulated unit: systemd's set-up of the IPC
-# namespace fails there ("Failed to set up IPC namespacing: Input/output error", 226/NAMESPACE),
-# every start. Under emulation only; the rest of the unit's sandbox applies as shipped, and the
-# amd64 roots run the unit unchanged.
-EMULATION_DROPIN = """[Service]
-PrivateIPC=no
+# What qemu-user cannot do for systemd, by systemd's version, and the drop-ins that leave it out
+# under emulation only (the amd64 roots run every unit as shipped, the sandbox included). Both:
+# the set-up of the agent's IPC namespace fails ("Failed to set up IPC namespacing:
+# Input/output error", 226/NAMESPACE, every start; without the drop-in both arm64 tests fail).
+# 257 (under qemu 10.0; 7.2 starts no unit at all, see hack/qemu-user): a unit's credentials
+# and its mount namespace are set up in a process cloned with CLONE_NEWNS, which qemu refuses
+# (EINVAL: 243/CREDENTIALS, 226/NAMESPACE), so journald, tmpfiles and sysusers run without the
+# credentials they import, and logind and the agent without the sandbox that needs a mount
+# namespace.
+NO_CREDENTIALS = """[Service]
+ImportCredential=
+LoadCredential=
 """
+NO_MOUNT_NAMESPACE = """[Service]
+ProtectSystem=no
+ProtectHome=no
+PrivateTmp=no
+PrivateDevices=no
+PrivateMounts=no
+ReadWritePaths=
+ProtectKernelTunables=no
+ProtectKernelModules=no
+ProtectKernelLogs=no
+ProtectControlGroups=no
+ProtectProc=default
+ImportCredential=
+"""
+EMULATION_DROPINS = {
+    252: {"nodeagent.service": "[Service]\nPrivateIPC=no\n"},
+    257: {
+        **{
+            f"{unit}.service": NO_CREDENTIALS
+            for unit in (
+                "systemd-journald",
+                "systemd-sysusers",
+                "systemd-tmpfiles-setup",
+                "systemd-tmpfiles-setup-dev",
+                "systemd-tmpfiles-setup-dev-early",
+            )
+        },
+        "systemd-logind.service": NO_MOUNT_NAMESPACE,
+        "nodeagent.service": NO_MOUNT_NAMESPACE + "PrivateIPC=no\n",
+    },
+}
+
+
+def emulate(machine: Machine, target: Target) -> None:
+    """Every process of an emulated node on the CPU hack/binfmt emulates: its PID 1 and the
+    commands run in it by their environment, its services by systemd's DefaultEnvironment=
+    (systemd starts them with a clean one); and the units without what qemu-user cannot do."""
+    env = qemu_env(target.arch)
+    machine.env = env
+    manager = machine.path("etc/systemd/system.conf.d/emulation.conf")
+    manager.parent.mkdir(parents=True, exist_ok=True)
+    manager.write_text(f"[Manager]\nDefaultEnvironment={' '.join(env)}\n")
+    for unit, dropin in EMULATION_DROPINS[target.systemd].items():
+        path = machine.path(f"etc/systemd/system/{unit}.d/emulation.conf")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(dropin)
 
 
 @dataclass(frozen=True)
@@ -95,12 +151,11 @@ def installed(cluster: Any, kube: Kube, target: Target, tmp_path: Path) -> Itera
         root = nspawn_root(target.suite, target.arch)
         with new_node(cluster, kube, root, tmp_path) as node:
             node.machine.run_timeout = 120.0
-            dpkg_offline(node.machine.root, deb)
+            dpkg_offline(node.machine.root, deb, env=qemu_env(target.arch))
             kubelet = cluster.mint_node_kubeconfig(node.name, tmp_path / "kubelet.kubeconfig")
             node.machine.install_agent(kubelet, config(), kubelet=True)
             if target.arch != host_arch():
-                dropins = node.machine.path("etc/systemd/system/nodeagent.service.d")
-                (dropins / "emulation.conf").write_text(EMULATION_DROPIN)
+                emulate(node.machine, target)
             yield node
 
 
