@@ -347,3 +347,34 @@ def test_imds_token_renewed_once_on_401(tmp_path: Path) -> None:
         assert imds._token != "not-a-token-the-mock-issued"
     finally:
         mock.stop()
+
+
+def test_shutdown_called_off_under_a_warning_is_undone_with_the_warning(node: Node) -> None:
+    """A poweroff announced while an Azure Reboot holds the node, then called off (logind's
+    PrepareForShutdown(false)): the cordon becomes the warning's, so the event's
+    cancellation gives the node back; the shutdown's marker is not left behind."""
+    fake = AzureScheduledEventsFake(vm_name="vm-a")
+    node.stops.append(fake.stop)
+    fake.add(AzureEvent("ev-held", "Reboot", ["vm-a", "vm-b"], time.time() + 300))
+    departure, stop = _worker(node, fake.url)
+    try:
+        ku.wait_until(
+            lambda: node.annotations().get(marker.DRAIN_RESULT) == "drained", 60, "the drain"
+        )
+        shutdown = departure.shutdown(
+            Reason.POWEROFF, budget.logind(time.monotonic(), 60, None), "logind", 1
+        )
+        assert shutdown.wait(time.monotonic() + 30), "the poweroff's drain"
+        assert node.annotations()[marker.DRAIN_REASON] == "poweroff"
+        departure.cancel(1)
+        ku.wait_until(
+            lambda: node.annotations().get(marker.DRAIN_REASON) == "warning",
+            30,
+            "the cordon handed to the warning",
+        )
+        assert node.cordoned()
+        fake.remove("ev-held")  # Azure cancels the maintenance
+        ku.wait_until(lambda: not node.cordoned(), 30, "the cordon undone with the warning")
+    finally:
+        stop()
+    assert not set(marker.MARKER_KEYS) & set(node.annotations())

@@ -21,7 +21,7 @@ The precedence, highest first:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from nodeagent.config import EvacuateConfig
@@ -155,7 +155,10 @@ def _shutdown(o: Observed) -> Decision:
 def _cancelled(o: Observed) -> Decision:
     if o.warning is not None and o.warning_fences:
         # The warning holds the fence; its drain, if it asks one, follows as a NODE step.
-        return _warning_cordon(o.warning.notice, "shutdown cancelled; cloud warning")
+        # The marker becomes the warning's (nothing of the called-off shutdown is kept),
+        # so the warning's end undoes the cordon.
+        cordon = _warning_cordon(o.warning.notice, "shutdown cancelled; cloud warning")
+        return replace(cordon, keep=frozenset())
     if o.evacuation_requested:
         # Rewrite the marker to the evacuation's, so the shutdown's cordon of this boot
         # is not kept as one that is still going down.
