@@ -89,6 +89,7 @@ def scenario(kind: str, kube: Kube, vm: VmNode, group: str, spare: str, t: Timin
     t.time("agent holding logind's delay lock", lambda: wait_agent(vm))
     ku.open_node(kube, spare)
     before = look(kube, vm.name)
+    ahead = vm.clock_offset()
     sent = time.time()
     try:
         vm.run("systemctl", kind, timeout=60)
@@ -99,7 +100,10 @@ def scenario(kind: str, kube: Kube, vm: VmNode, group: str, spare: str, t: Timin
         vm.wait(300, vm.guest_agent_up, "the guest agent did not come back")
     except VmError as exc:
         raise SmokeFailed(f"{exc}\n{post_mortem(vm)}") from exc
-    check(kind, kube, vm, before, sent, seen, t)
+    clocks = Clocks(ahead, vm.clock_offset())
+    print(f"  guest clock ahead of the host: {clocks.before:+.2f}s, after the {kind} "
+          f"{clocks.after:+.2f}s")  # fmt: skip
+    check(kind, kube, vm, before, sent, seen, clocks, t)
 
 
 def post_mortem(vm: VmNode) -> str:
@@ -139,6 +143,15 @@ def journal(vm: VmNode, unit: str, text: str, after: float) -> tuple[float, str]
 
 
 @dataclass(frozen=True)
+class Clocks:
+    """The guest's clock minus the host's before the command and once the guest is back: a
+    reboot starts the guest's clock again from the emulated RTC's whole seconds."""
+
+    before: float
+    after: float
+
+
+@dataclass(frozen=True)
 class Stamps:
     """When each step happened, by the guest's clock (its journal) and the kubelet's heartbeat."""
 
@@ -149,8 +162,21 @@ class Stamps:
     back: float  # the restarted kubelet's first Ready heartbeat seen (whole seconds)
     uncordoned: float  # the agent's "cordon undone", logged once the API took the uncordon
 
+    def on_host(self, clocks: Clocks) -> Stamps:
+        """The same moments by the host's clock: up to the kubelet's stop by the guest's clock
+        before the command, from its start again on by the guest's clock once it is back."""
+        return Stamps(
+            self.drained - clocks.before,
+            self.released - clocks.before,
+            self.stopped - clocks.before,
+            self.started - clocks.after,
+            self.back - clocks.after,
+            self.uncordoned - clocks.after,
+        )
+
 
 def stamps(kind: str, vm: VmNode, sent: float, seen: list[Seen]) -> Stamps:
+    """The guest's stamps of each step; `sent` by the guest's clock."""
     _, typed = journal(vm, "nodeagent", "logind: PrepareForShutdown(True)", sent)
     if not typed.endswith(f"type {kind}"):
         raise SmokeFailed(f"the agent heard: {typed!r}")
@@ -168,12 +194,20 @@ def stamps(kind: str, vm: VmNode, sent: float, seen: list[Seen]) -> Stamps:
 
 
 def check(
-    kind: str, kube: Kube, vm: VmNode, before: Seen, sent: float, seen: list[Seen], t: Timings
+    kind: str,
+    kube: Kube,
+    vm: VmNode,
+    before: Seen,
+    sent: float,
+    seen: list[Seen],
+    clocks: Clocks,
+    t: Timings,
 ) -> None:
     reasons = {s.reason for s in seen if s.cordoned and s.reason}
     if reasons != {kind}:
         raise SmokeFailed(f"cordoned with {DRAIN_REASON} {sorted(reasons)}, not {kind!r}")
-    at = stamps(kind, vm, sent, seen)
+    guest = stamps(kind, vm, sent + clocks.before, seen)
+    at = guest.on_host(clocks)
     for label, stamp in (
         ("drained", at.drained),
         ("lock released", at.released),
