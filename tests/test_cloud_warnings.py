@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import calendar
 import signal
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,18 @@ from hack.aemm import Aemm, rfc3339
 from hack.agentproc import AgentProcess
 from hack.cloudfakes import AzureEvent, AzureScheduledEventsFake, GceMetadataFake
 from nodeagent.cloud import aws
+from nodeagent.cloud.watcher import WarningWatcher
+from nodeagent.config import Config
+from nodeagent.context import Context
+from nodeagent.departure import budget
+from nodeagent.departure.worker import Departure
+from nodeagent.drain.engine import DrainOutcome
 from nodeagent.fence import marker
-from nodeagent.kube.client import JSON, Kube
+from nodeagent.fence.reason import Cloud, Reason
+from nodeagent.kube.client import JSON, Kube, node_path
 from nodeagent.report import conditions
+from nodeagent.report.conditions import ConditionWriter
+from nodeagent.report.events import EventRecorder
 
 
 @dataclass
@@ -223,6 +233,109 @@ def test_gcp_terminate_maintenance_then_none(node: Node) -> None:
     ku.wait_until(lambda: not node.cordoned(), 30, "uncordon when the event is over")
 
 
+def test_azure_reboot_listed_after_the_boot_fences_no_more(node: Node) -> None:
+    """A Reboot drained for and approved, then the reboot itself (logind's PrepareForShutdown
+    to the departure worker, in process), then the node back with a new boot ID and the agent
+    started again while Azure still lists the event as Started: the reboot's cordon is
+    undone as after any reboot, with no second drain and no warning Event, the event ID
+    noted on the Node; once the event leaves the list the note goes too."""
+    from hack.localcluster.kubelet_sim import BOOT_ID
+
+    fake = AzureScheduledEventsFake(vm_name="vm-a")
+    node.stops.append(fake.stop)
+    fake.add(AzureEvent("ev-reboot", "Reboot", ["vm-a"], time.time() + 120))
+    departure, stop = _worker(node, fake.url)
+    try:
+        ku.wait_until(lambda: fake.approvals, 60, "the approval after the drain")
+        shutdown = departure.shutdown(
+            Reason.REBOOT, budget.logind(time.monotonic(), 60, None), "logind", 1
+        )
+        assert shutdown.wait(time.monotonic() + 30), "the reboot's drain"
+    finally:
+        stop()
+    ann = node.annotations()
+    assert ann[marker.DRAIN_REASON] == "reboot"  # the shutdown's, keeping the warning's keys
+    assert ann[marker.WARNING_ID] == "ev-reboot"
+    assert fake.events[0].status == "Started"
+    warned = len(node.events()["CloudWarning"])
+
+    old = node.obj()["status"]["nodeInfo"]["bootID"]
+    node.kube.merge_patch(node_path(node.name), {"metadata": {"annotations": {BOOT_ID: "b2"}}})
+    ku.wait_until(lambda: node.obj()["status"]["nodeInfo"]["bootID"] != old, 15, "the new boot")
+    agent = node.agent(fake.url, "azure")
+
+    ku.wait_until(lambda: not node.cordoned(), 60, "the reboot's cordon undone")
+    ann = node.annotations()
+    assert ann.get(marker.WARNING_DEPARTED) == "ev-reboot"
+    assert not set(marker.MARKER_KEYS) & set(ann)
+    assert any("Uncordoned after reboot" in m for m in node.events()["Uncordoned"])
+    seen = agent.metric("nodeagent_loop_last_success_timestamp_seconds", loop="warnings")
+    ku.wait_until(
+        lambda: (
+            agent.metric("nodeagent_loop_last_success_timestamp_seconds", loop="warnings")
+            > seen + 2
+        ),
+        20,
+        "more readings of the listed event",
+    )
+    assert not node.cordoned()
+    drains = [agent.metric("nodeagent_drains_total", reason="warning", result=r) for r in RESULTS]
+    assert sum(drains) == 0
+    assert agent.metric("nodeagent_cloud_warnings_total", cloud="azure", kind="maintenance") == 0
+    assert len(node.events()["CloudWarning"]) == warned
+
+    fake.remove("ev-reboot")  # Azure drops the event at last
+    ku.wait_until(
+        lambda: marker.WARNING_DEPARTED not in node.annotations(), 30, "the note forgotten"
+    )
+    assert "CloudWarningOver" not in node.events()
+    assert not node.cordoned()
+
+
+RESULTS = [str(r) for r in DrainOutcome]
+
+
+def _worker(node: Node, url: str) -> tuple[Departure, Callable[[], None]]:
+    """The departure worker and the warnings reader in process, fed the Node as its watch
+    would: the agent's own parts, for the logind signal a test agent cannot hear."""
+    cfg = Config(node=node.name)
+    cfg.drain.deadline = 60
+    cfg.warnings.cloud = Cloud.AZURE
+    cfg.warnings.metadata_url = url
+    kube = node.kube
+    departure = Departure(
+        cfg,
+        kube,
+        EventRecorder(kube, node.name),
+        ConditionWriter(kube, node.name),
+        lambda _text: None,
+        lambda *_fields: None,
+    )
+    watcher = WarningWatcher(cfg.warnings, departure.warned)
+    departure.warning_drained = watcher.approve
+    ctx = Context.background()
+
+    def feed(ctx: Context) -> None:
+        while not ctx.wait(0.2):
+            departure.observe(node.obj())
+
+    departure.observe(node.obj())
+    threads = [
+        threading.Thread(target=departure.run, args=(ctx, lambda: None), daemon=True),
+        threading.Thread(target=watcher.run, args=(ctx, lambda: None, lambda: None), daemon=True),
+        threading.Thread(target=feed, args=(ctx,), daemon=True),
+    ]
+    for t in threads:
+        t.start()
+
+    def stop() -> None:
+        ctx.cancel()
+        for t in threads:
+            t.join(10)
+
+    return departure, stop
+
+
 def test_imds_token_renewed_once_on_401(tmp_path: Path) -> None:
     """A session token the mock no longer knows: one 401, a new token, the read goes on."""
     mock = Aemm(["spot", "-a", "stop", "-t", rfc3339(time.time() + 120)], tmp_path / "aemm.log")
@@ -234,3 +347,34 @@ def test_imds_token_renewed_once_on_401(tmp_path: Path) -> None:
         assert imds._token != "not-a-token-the-mock-issued"
     finally:
         mock.stop()
+
+
+def test_shutdown_called_off_under_a_warning_is_undone_with_the_warning(node: Node) -> None:
+    """A poweroff announced while an Azure Reboot holds the node, then called off (logind's
+    PrepareForShutdown(false)): the cordon becomes the warning's, so the event's
+    cancellation gives the node back; the shutdown's marker is not left behind."""
+    fake = AzureScheduledEventsFake(vm_name="vm-a")
+    node.stops.append(fake.stop)
+    fake.add(AzureEvent("ev-held", "Reboot", ["vm-a", "vm-b"], time.time() + 300))
+    departure, stop = _worker(node, fake.url)
+    try:
+        ku.wait_until(
+            lambda: node.annotations().get(marker.DRAIN_RESULT) == "drained", 60, "the drain"
+        )
+        shutdown = departure.shutdown(
+            Reason.POWEROFF, budget.logind(time.monotonic(), 60, None), "logind", 1
+        )
+        assert shutdown.wait(time.monotonic() + 30), "the poweroff's drain"
+        assert node.annotations()[marker.DRAIN_REASON] == "poweroff"
+        departure.cancel(1)
+        ku.wait_until(
+            lambda: node.annotations().get(marker.DRAIN_REASON) == "warning",
+            30,
+            "the cordon handed to the warning",
+        )
+        assert node.cordoned()
+        fake.remove("ev-held")  # Azure cancels the maintenance
+        ku.wait_until(lambda: not node.cordoned(), 30, "the cordon undone with the warning")
+    finally:
+        stop()
+    assert not set(marker.MARKER_KEYS) & set(node.annotations())

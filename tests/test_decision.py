@@ -238,6 +238,11 @@ ROWS: list[tuple[str, Observed, tuple[object, ...]]] = [
         NOTHING,
     ),
     ("nothing at all", seen(Occasion.NODE), NOTHING),
+    (
+        "a departed warning's note, its event off the endpoint: forgotten",
+        seen(Occasion.NODE, warning_departed="ev-1"),
+        (Step.FORGET, None, frozenset(), frozenset(), ""),
+    ),
 ]
 
 

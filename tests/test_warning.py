@@ -408,7 +408,182 @@ def test_decision_with_warnings(o: Observed, want: tuple[Step, Reason | None]) -
     d = decide(o)
     assert (d.step, d.reason) == want
     if d.reason is Reason.WARNING:
-        assert d.keep == GOING_DOWN and d.warning is not None
+        # A shutdown called off hands its cordon to the warning whole: the warning's end
+        # must undo it, so nothing of the shutdown's marker is kept.
+        kept = frozenset() if o.occasion is Occasion.CANCELLED else GOING_DOWN
+        assert d.keep == kept and d.warning is not None
+
+
+# -- a warning whose departure happened ----------------------------------------------
+
+# Azure keeps an approved Reboot listed as Started (NotBefore empty) for minutes after the
+# VM is back; the fence for it was taken in boot-1, the Node now shows boot-2.
+STARTED = Notice(Cloud.AZURE, WarningKind.MAINTENANCE, "ev-reboot", "Reboot", None, NOW)
+REBOOTED = Warned(STARTED, Policy.DRAIN)
+
+
+def carried(
+    reason: str, boot: str = "boot-1", result: str = "drained", *, n: Notice = STARTED
+) -> NodeFence:
+    """The agent's marker for `reason` carrying the warning `n` (a shutdown keeps it)."""
+    what = f"{n.cloud} {n.kind}"
+    return NodeFence(True, True, reason, "t1", boot, result, warning_id=n.event_id, warning=what)
+
+
+@pytest.mark.parametrize(
+    ("fence_", "boot", "departed"),
+    [
+        (carried("reboot"), "boot-2", "ev-reboot"),
+        (carried("warning"), "boot-2", "ev-reboot"),  # a hard reset: no shutdown marker
+        (carried("reboot", result=""), "boot-2", "ev-reboot"),  # gone, drained or not
+        (carried("reboot", "boot-2"), "boot-2", ""),  # this boot: still to come
+        (carried("reboot"), "", ""),  # the Node's boot ID unknown
+        (replace(carried("reboot"), boot_id=""), "boot-2", ""),
+        (replace(carried("reboot"), warning_id=""), "boot-2", ""),
+        (carried("reboot", n=SPOT), "boot-2", SPOT.event_id),
+        (carried("reboot", n=replace(SPOT, kind=WarningKind.TERMINATION)), "boot-2", SPOT.event_id),
+        # A rebalance recommendation or a live migration never departs.
+        (carried("warning", n=REBAL), "boot-2", ""),
+        (carried("warning", n=replace(SPOT, kind=WarningKind.MIGRATION)), "boot-2", ""),
+        (replace(carried("reboot"), warning="azure"), "boot-2", ""),  # not this version's
+    ],
+)
+def test_fence_departed(fence_: NodeFence, boot: str, departed: str) -> None:
+    assert fence_.departed(boot) == departed
+
+
+def departed_row(o: Observed, want: tuple[Step, Reason | None]) -> tuple[Observed, object]:
+    return (replace(o, warning_ids=frozenset({STARTED.event_id})), want)
+
+
+@pytest.mark.parametrize(
+    ("o", "want"),
+    [
+        # After the boot: the reboot's cordon is undone as after any reboot, though the
+        # endpoint still lists the event; no drain for it meanwhile.
+        departed_row(
+            seen(Occasion.SETTLED, carried("reboot"), started_at="t1", warning=REBOOTED),
+            (Step.UNCORDON, None),
+        ),
+        departed_row(seen(f=carried("reboot"), warning=REBOOTED), (Step.NOTHING, None)),
+        departed_row(seen(f=carried("reboot", result=""), warning=REBOOTED), (Step.NOTHING, None)),
+        # Uncordoned: the Node's note remembers it while the endpoint lists it.
+        departed_row(seen(warning=REBOOTED, warning_departed="ev-reboot"), (Step.NOTHING, None)),
+        # ... and forgets it once the endpoint, read, lists it no more.
+        (seen(warning_departed="ev-reboot"), (Step.FORGET, None)),
+        (seen(warning_departed="ev-reboot", warnings_known=False), (Step.NOTHING, None)),
+        # The window before the Node shows the new boot ID: the shutdown's marker carries
+        # the warning, drained: no new drain (nor a cordon, for policy cordon).
+        departed_row(seen(f=carried("reboot", "boot-2"), warning=REBOOTED), (Step.NOTHING, None)),
+        departed_row(
+            seen(f=carried("reboot", "boot-2", ""), warning=Warned(STARTED, Policy.CORDON)),
+            (Step.NOTHING, None),
+        ),
+        # A hard reset (no shutdown marker): the warning's fence of boot-1 is over.
+        departed_row(seen(f=carried("warning"), warning=REBOOTED), (Step.UNCORDON, None)),
+        # A new warning (another ID) fences as usual, the note or the marker regardless.
+        (seen(warning=DRAIN, warning_departed="ev-reboot"), (Step.DRAIN, Reason.WARNING)),
+        (seen(f=carried("reboot"), warning=DRAIN), (Step.DRAIN, Reason.WARNING)),
+        # Kinds that never depart fence though their ID is the note (AWS's "rebalance").
+        (
+            seen(
+                warning=CORDON,
+                warning_departed=REBAL.event_id,
+                warning_ids=frozenset({"rebalance-x"}),
+            ),
+            (Step.CORDON, Reason.WARNING),
+        ),
+        # A soft-reboot keeps the boot ID: the warning is still to come, its fence stays.
+        departed_row(
+            seen(
+                Occasion.SETTLED,
+                carried("soft-reboot", "boot-2"),
+                started_at="t1",
+                warning=REBOOTED,
+            ),
+            (Step.NOTHING, None),
+        ),
+        # A shutdown called off in the same boot: the warning takes its cordon back.
+        departed_row(
+            seen(Occasion.CANCELLED, carried("reboot", "boot-2", ""), warning=REBOOTED),
+            (Step.CORDON, Reason.WARNING),
+        ),
+    ],
+)
+def test_decision_after_the_warnings_departure(
+    o: Observed, want: tuple[Step, Reason | None]
+) -> None:
+    assert (decide(o).step, decide(o).reason) == want
+
+
+@pytest.mark.parametrize(
+    ("o", "carries"),
+    [
+        (
+            seen(
+                Occasion.SHUTDOWN,
+                shutdown=Reason.REBOOT,
+                shutdown_policy=Policy.DRAIN,
+                warning=DRAIN,
+            ),
+            SPOT,
+        ),
+        (
+            seen(
+                Occasion.SHUTDOWN,
+                shutdown=Reason.REBOOT,
+                shutdown_policy=Policy.CORDON,
+                warning=DRAIN,
+            ),
+            SPOT,
+        ),
+        (
+            seen(
+                Occasion.SHUTDOWN,
+                shutdown=Reason.REBOOT,
+                shutdown_policy=Policy.DRAIN,
+                warning=REPORT,
+            ),
+            None,
+        ),
+        (seen(Occasion.SHUTDOWN, shutdown=Reason.REBOOT, shutdown_policy=Policy.DRAIN), None),
+        (
+            seen(
+                Occasion.SHUTDOWN,
+                shutdown=Reason.REBOOT,
+                shutdown_policy=Policy.DRAIN,
+                warning=REBOOTED,
+                warning_departed="ev-reboot",
+            ),
+            None,
+        ),
+    ],
+)
+def test_a_shutdown_carries_the_fencing_warning(o: Observed, carries: Notice | None) -> None:
+    """The shutdown's marker keeps the warning's keys, so the next boot knows it departed;
+    its drain is the shutdown's own (reason, condition)."""
+    from nodeagent.departure.executor import describe
+
+    d = decide(o)
+    assert d.reason is Reason.REBOOT and d.warning == carries
+    assert describe(d) == "reboot"
+
+
+def test_the_marker_write_that_drops_a_departed_warning_keeps_its_id() -> None:
+    from nodeagent.fence import marker
+
+    def node(boot: str, **ann: str) -> dict[str, object]:
+        annotations = {marker.BOOT_ID: "boot-1", **marker_notes(STARTED), **ann}
+        return {
+            "metadata": {"annotations": annotations},
+            "spec": {},
+            "status": {"nodeInfo": {"bootID": boot}},
+        }
+
+    assert marker._departed_note(node("boot-2")) == {marker.WARNING_DEPARTED: "ev-reboot"}
+    assert marker._departed_note(node("boot-1")) == {}
+    assert marker.departed_note(node("boot-1", **{marker.WARNING_DEPARTED: "x"})) == "x"
+    assert marker.WARNING_DEPARTED not in marker.MARKER_KEYS  # an uncordon leaves it
 
 
 def test_warning_undo_touches_only_the_warnings_fence() -> None:

@@ -198,6 +198,14 @@ class VmNode:
         except qmp.QmpError as exc:
             raise VmError(f"{self.name}: {argv}: {exc}") from exc
 
+    def clock_offset(self) -> float:
+        """The guest's clock minus the host's (seconds), by the guest agent."""
+        try:
+            offset, _ = qmp.guest_clock_offset(self.machine.guest_agent)
+        except qmp.QmpError as exc:
+            raise VmError(f"{self.name}: guest-get-time: {exc}") from exc
+        return offset
+
     def guest_agent_up(self) -> bool:
         return self.running() and qmp.guest_ping(self.machine.guest_agent)
 

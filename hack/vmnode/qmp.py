@@ -110,6 +110,23 @@ def _guest(path: Path, timeout: float) -> JsonSocket:
     return conn
 
 
+def guest_clock_offset(path: Path) -> tuple[float, float]:
+    """The guest's clock minus the host's, in seconds, and the round trip that bounds it.
+
+    The guest's clock starts from the emulated RTC's whole seconds at each boot and drifts
+    under TCG, so its journal's stamps differ from the host's clock by up to a second or
+    more: a comparison across the two clocks needs this first."""
+    conn = _guest(path, 10)
+    try:
+        before = time.time()
+        conn.send("guest-get-time")
+        guest = int(conn.answer()) / 1e9
+        after = time.time()
+    finally:
+        conn.close()
+    return guest - (before + after) / 2, after - before
+
+
 def guest_exec(path: Path, argv: list[str], timeout: float) -> Exec:
     """Run ``argv`` in the guest (no shell) and wait for it; its output comes back."""
     conn = _guest(path, 10)

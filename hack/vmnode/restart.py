@@ -89,14 +89,32 @@ def scenario(kind: str, kube: Kube, vm: VmNode, group: str, spare: str, t: Timin
     t.time("agent holding logind's delay lock", lambda: wait_agent(vm))
     ku.open_node(kube, spare)
     before = look(kube, vm.name)
+    ahead = vm.clock_offset()
     sent = time.time()
     try:
         vm.run("systemctl", kind, timeout=60)
     except VmError as exc:  # the guest agent may be stopped before it answers
         print(f"  systemctl {kind}: {exc}")
     seen = watch(kube, vm, sent)
-    vm.wait(300, vm.guest_agent_up, "the guest agent did not come back")
-    check(kind, kube, vm, before, sent, seen, t)
+    try:
+        vm.wait(300, vm.guest_agent_up, "the guest agent did not come back")
+    except VmError as exc:
+        raise SmokeFailed(f"{exc}\n{post_mortem(vm)}") from exc
+    clocks = Clocks(ahead, vm.clock_offset())
+    print(f"  guest clock ahead of the host: {clocks.before:+.2f}s, after the {kind} "
+          f"{clocks.after:+.2f}s")  # fmt: skip
+    check(kind, kube, vm, before, sent, seen, clocks, t)
+
+
+def post_mortem(vm: VmNode) -> str:
+    """With no guest agent to ask: the power button (a clean stop flushes the journal), then
+    what the disk's journal says of the guest agent, its port and the units it was late for."""
+    if vm.running():
+        vm.power_button()
+        vm.wait_exit(600)
+    lines = vm.journal_text("--no-hostname").splitlines()
+    keys = ("qemu-guest-agent", "guest_agent", "qemu-ga", "soft-reboot", "vmnode-net", "-- Boot")
+    return "\n".join(ln for ln in lines if any(k in ln for k in keys))
 
 
 def watch(kube: Kube, vm: VmNode, sent: float) -> list[Seen]:
@@ -114,19 +132,51 @@ def watch(kube: Kube, vm: VmNode, sent: float) -> list[Seen]:
 def journal(vm: VmNode, unit: str, text: str, after: float) -> tuple[float, str]:
     """The first line of `unit` holding `text` after `after` (every boot's journal)."""
     out = vm.run("journalctl", "-u", unit, "-o", "short-unix", "--no-pager", timeout=120).stdout
-    for line in out.splitlines():
+    lines = [ln for ln in out.splitlines() if ln[:1].isdigit()]
+    later = [ln for ln in lines if float(ln.partition(" ")[0]) >= after]
+    for line in later:
         stamp, _, rest = line.partition(" ")
-        if text in rest and float(stamp) >= after:
+        if text in rest:
             return float(stamp), rest
-    raise SmokeFailed(f"no {text!r} in {unit}'s journal after the command")
+    tail = "\n".join(later[-20:])
+    raise SmokeFailed(f"no {text!r} in {unit}'s journal after {after:.1f}; its last lines:\n{tail}")
 
 
-def check(
-    kind: str, kube: Kube, vm: VmNode, before: Seen, sent: float, seen: list[Seen], t: Timings
-) -> None:
-    reasons = {s.reason for s in seen if s.cordoned and s.reason}
-    if reasons != {kind}:
-        raise SmokeFailed(f"cordoned with {DRAIN_REASON} {sorted(reasons)}, not {kind!r}")
+@dataclass(frozen=True)
+class Clocks:
+    """The guest's clock minus the host's before the command and once the guest is back: a
+    reboot starts the guest's clock again from the emulated RTC's whole seconds."""
+
+    before: float
+    after: float
+
+
+@dataclass(frozen=True)
+class Stamps:
+    """When each step happened, by the guest's clock (its journal) and the kubelet's heartbeat."""
+
+    drained: float
+    released: float
+    stopped: float
+    started: float
+    back: float  # the restarted kubelet's first Ready heartbeat seen (whole seconds)
+    uncordoned: float  # the agent's "cordon undone", logged once the API took the uncordon
+
+    def on_host(self, clocks: Clocks) -> Stamps:
+        """The same moments by the host's clock: up to the kubelet's stop by the guest's clock
+        before the command, from its start again on by the guest's clock once it is back."""
+        return Stamps(
+            self.drained - clocks.before,
+            self.released - clocks.before,
+            self.stopped - clocks.before,
+            self.started - clocks.after,
+            self.back - clocks.after,
+            self.uncordoned - clocks.after,
+        )
+
+
+def stamps(kind: str, vm: VmNode, sent: float, seen: list[Seen]) -> Stamps:
+    """The guest's stamps of each step; `sent` by the guest's clock."""
     _, typed = journal(vm, "nodeagent", "logind: PrepareForShutdown(True)", sent)
     if not typed.endswith(f"type {kind}"):
         raise SmokeFailed(f"the agent heard: {typed!r}")
@@ -134,21 +184,51 @@ def check(
     released, _ = journal(vm, "nodeagent", "released the logind delay lock", sent)
     stopped, _ = journal(vm, "kubelet", "Stopping", sent)
     started, _ = journal(vm, "kubelet", "Started kubelet", stopped)
-    uncordon, _ = journal(vm, "nodeagent", "uncordon:", released)
+    # The reconcile loop's status after the worker's uncordon returned (the uncordon after a
+    # boot is the departure worker's settled step, which logs no line of its own).
+    uncordoned, _ = journal(vm, "nodeagent", f"{kind} cordon undone", released)
     back = [s for s in seen if s.ready and s.heartbeat >= int(started)]
     if not back:
-        raise SmokeFailed("no heartbeat from the restarted kubelet before the uncordon")
-    if not sent < drained <= released < stopped < started:
-        raise SmokeFailed(
-            f"out of order: sent {sent:.1f}, drained {drained:.1f}, released {released:.1f}, "
-            f"kubelet stopped {stopped:.1f}, started {started:.1f}"
-        )
-    if uncordon < back[0].heartbeat:
-        raise SmokeFailed(
-            f"uncordoned at {uncordon:.1f}, before the restarted kubelet's first heartbeat "
-            f"{back[0].heartbeat:.0f}"
-        )
+        raise SmokeFailed("no heartbeat from the restarted kubelet seen before the uncordon")
+    return Stamps(drained, released, stopped, started, back[0].heartbeat, uncordoned)
+
+
+def check(
+    kind: str,
+    kube: Kube,
+    vm: VmNode,
+    before: Seen,
+    sent: float,
+    seen: list[Seen],
+    clocks: Clocks,
+    t: Timings,
+) -> None:
+    reasons = {s.reason for s in seen if s.cordoned and s.reason}
+    if reasons != {kind}:
+        raise SmokeFailed(f"cordoned with {DRAIN_REASON} {sorted(reasons)}, not {kind!r}")
+    guest = stamps(kind, vm, sent + clocks.before, seen)
+    at = guest.on_host(clocks)
+    for label, stamp in (
+        ("drained", at.drained),
+        ("lock released", at.released),
+        ("kubelet started again", at.started),
+        ("back Ready (heartbeat)", at.back),
+        ("uncordoned", at.uncordoned),
+    ):
+        t.steps[f"{kind} to {label}"] = stamp - sent
+        print(f"  {kind} to {label}: {stamp - sent:.1f}s", flush=True)
     after = seen[-1]
+    print(f"  boot ID {before.boot_id} -> {after.boot_id}")
+    if not sent < at.drained <= at.released < at.stopped < at.started:
+        raise SmokeFailed(
+            f"out of order: sent {sent:.1f}, drained {at.drained:.1f}, released "
+            f"{at.released:.1f}, kubelet stopped {at.stopped:.1f}, started {at.started:.1f}"
+        )
+    if at.uncordoned < at.back:
+        raise SmokeFailed(
+            f"uncordoned at {at.uncordoned:.1f}, before the restarted kubelet's first heartbeat "
+            f"{at.back:.0f}"
+        )
     same = after.boot_id == before.boot_id
     if same != (kind == "soft-reboot"):
         raise SmokeFailed(f"boot ID {before.boot_id} -> {after.boot_id} after a {kind}")
@@ -158,16 +238,6 @@ def check(
     ]  # fmt: skip
     if unclean:
         raise SmokeFailed(f"reported {unclean[0]['type']}=UncleanShutdown after a {kind}")
-    for label, at in (
-        ("drained", drained),
-        ("lock released", released),
-        ("kubelet started again", started),
-        ("back Ready (heartbeat)", back[0].heartbeat),
-        ("uncordoned", uncordon),
-    ):
-        t.steps[f"{kind} to {label}"] = at - sent
-        print(f"  {kind} to {label}: {at - sent:.1f}s", flush=True)
-    print(f"  boot ID {before.boot_id} -> {after.boot_id}")
 
 
 def main(kind: str, lock: Path | None = None) -> int:

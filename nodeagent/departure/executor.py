@@ -226,6 +226,11 @@ class FenceExecutor:
         if decision.step is Step.UNCORDON:
             self._uncordon(kube, decision, node)
             return None
+        if decision.step is Step.FORGET:
+            if "spec" not in node:  # not observed yet
+                node = marker.get_node(kube, self.cfg.node_name)
+            marker.forget_departed(kube, node)
+            return None
         if decision.step is Step.DRAIN:
             assert budget is not None, "a drain runs in a budget"
             return self._drain(decision, node, ctx, budget)
@@ -303,8 +308,9 @@ class FenceExecutor:
 
 
 def describe(decision: Decision) -> str:
-    """What a drain is for, in the condition: the reason, or the warning in full."""
-    if decision.warning is not None:
+    """What a drain is for, in the condition: the reason, or the warning in full (a
+    shutdown that carries the warning's notes drains for itself)."""
+    if decision.warning is not None and decision.reason is Reason.WARNING:
         return decision.warning.describe()
     return str(decision.reason)
 

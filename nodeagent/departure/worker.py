@@ -39,7 +39,7 @@ from nodeagent.fence.decision import (
     evacuation_asked,
 )
 from nodeagent.fence.reason import Policy, Reason
-from nodeagent.fence.warning import Due, Notice, due, stamp, window
+from nodeagent.fence.warning import Due, Notice, Warned, due, is_departed, stamp, window
 from nodeagent.kube.client import JSON, Kube, KubeError
 from nodeagent.kube.watch import Reflector
 from nodeagent.report import metrics
@@ -114,6 +114,9 @@ class Departure:
         # The cloud's early warnings as last read (None: not read yet), and which acts.
         self._notices: tuple[Notice, ...] | None = None
         self._due = Due(None)
+        # Warnings read before the Node was first seen, not reported yet (from this baseline):
+        # whether one already departed is the Node's to say.
+        self._unreported: tuple[Notice, ...] | None = None
         # Called with a warning once the node is drained for it (Azure's approval).
         self.warning_drained: Callable[[Notice], None] = lambda _notice: None
 
@@ -158,6 +161,10 @@ class Departure:
             self._node = node
             queued, self._node_queued = self._node_queued, True
             running = self._running
+            unreported, self._unreported = self._unreported, None
+            notices = self._notices or ()
+        if unreported is not None:
+            self._report_notices(unreported, notices, node)
         if (
             running
             and running.reason is Reason.EVACUATE
@@ -174,7 +181,13 @@ class Departure:
         with self._lock:
             before = self._notices
             self._notices = notices
-        self._report_notices(before or (), notices)
+            node = self._node
+            if node is None and self._unreported is None:
+                self._unreported = before or ()
+            elif node is not None and self._unreported is not None:
+                before, self._unreported = self._unreported, None
+        if node is not None:
+            self._report_notices(before or (), notices, node)
         if before is None or {n.event_id for n in before} != {n.event_id for n in notices}:
             self._warnings_changed()
         else:
@@ -202,13 +215,15 @@ class Departure:
         if not queued:
             self._queue.put(Signal(Occasion.NODE))
 
-    def _report_notices(self, before: tuple[Notice, ...], now: tuple[Notice, ...]) -> None:
-        """An Event and a count for each warning when it appears; an Event when it goes."""
-        node = self._node or {"metadata": {"name": self.cfg.node_name}}
+    def _report_notices(
+        self, before: tuple[Notice, ...], now: tuple[Notice, ...], node: JSON
+    ) -> None:
+        """An Event and a count for each warning when it appears; an Event when it goes.
+        None for a warning whose departure happened (the endpoint lists it a while after)."""
         events = self.executor.events
         seen = {n.event_id for n in before}
         for notice in now:
-            if notice.event_id in seen:
+            if notice.event_id in seen or self._departed(notice, node):
                 continue
             said = f"{notice.describe()}; policy {self.cfg.warnings.policy(notice.kind)}"
             start, _end = window(notice, self.cfg.warnings)
@@ -219,9 +234,16 @@ class Departure:
             events.node(node, "CloudWarning", said, WARNING)
         current = {n.event_id for n in now}
         for notice in before:
-            if notice.event_id not in current:
+            if notice.event_id not in current and not self._departed(notice, node):
                 log.info("%s is over (canceled, done or gone)", notice.describe())
                 events.node(node, "CloudWarningOver", f"{notice.describe()} is over")
+
+    @staticmethod
+    def _departed(notice: Notice, node: JSON) -> bool:
+        if "spec" not in node:  # not observed
+            return False
+        fence = marker.NodeFence.of(node)
+        return is_departed(notice, fence, marker.boot_id(node), marker.departed_note(node))
 
     def settled(self, started_at: str, unclean: bool) -> Signal:
         """After start, the node runs pods again: undo the shutdown cordon seen at start."""
@@ -462,6 +484,7 @@ class Departure:
         node = node or self._node or {"metadata": {"name": self.cfg.node_name}, "spec": {}}
         with self._lock:
             owner = shutdown or self._owner
+            notices = self._notices
         return Observed(
             occasion=occasion,
             fence=marker.NodeFence.of(node),
@@ -473,9 +496,19 @@ class Departure:
             started_at=started_at,
             unclean=unclean,
             retry_pending=time.monotonic() < self._retry_at,
-            warning=self._due.warned,
-            warnings_known=self._notices is not None,
+            warning=self._acting(node, notices or ()),
+            warnings_known=notices is not None,
+            warning_ids=frozenset(n.event_id for n in notices or ()),
+            warning_departed=marker.departed_note(node),
         )
+
+    def _acting(self, node: JSON, notices: tuple[Notice, ...]) -> Warned | None:
+        """The warning acting now, of those whose departure did not happen yet: a departed
+        one the endpoint still lists hides no other."""
+        live = [n for n in notices if not self._departed(n, node)]
+        if len(live) == len(notices):
+            return self._due.warned
+        return due(live, self.cfg.warnings, time.time()).warned
 
     def _evacuate_taint(self, node: JSON) -> str:
         return marker.first_taint(node, self.cfg.evacuate.taints)

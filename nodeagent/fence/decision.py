@@ -12,14 +12,16 @@ The precedence, highest first:
 3. The agent just started and the node can run pods again: a shutdown cordon left from
    before is undone (only the very marker seen at start).
 4. The cloud's early warning acting now (nodeagent/fence/warning.py) fences per its
-   kind's policy; once it is gone (canceled, over, expired), what it did is undone.
+   kind's policy; once it is gone (canceled, over, expired), what it did is undone. A
+   warning whose departure already happened (the machine went down and came back since
+   its fence) fences no more, though the endpoint may list it for minutes after.
 5. The Node as it is now: an evacuate taint fences per its policy; its removal undoes
    what the evacuation did. A person's cordon is never undone.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from nodeagent.config import EvacuateConfig
@@ -33,7 +35,7 @@ from nodeagent.fence.reason import (
     Reason,
     marker_reason,
 )
-from nodeagent.fence.warning import Notice, Warned
+from nodeagent.fence.warning import Notice, Warned, is_departed
 from nodeagent.kube.client import JSON
 from nodeagent.report import conditions
 from nodeagent.report.conditions import Condition
@@ -55,6 +57,7 @@ class Step(Enum):
     CORDON = "cordon"
     DRAIN = "drain"
     UNCORDON = "uncordon"
+    FORGET = "forget"  # clear the Node's note of a departed warning the endpoint dropped
 
 
 @dataclass(frozen=True)
@@ -77,10 +80,19 @@ class Observed:
     # metadata endpoint was first read (a warning's fence is not undone before).
     warning: Warned | None = None
     warnings_known: bool = True
+    warning_ids: frozenset[str] = frozenset()  # the event IDs the endpoint lists now
+    # The Node's note (marker.WARNING_DEPARTED): the event ID of a warning whose departure
+    # happened; it fences no more while the endpoint still lists it.
+    warning_departed: str = ""
 
     @property
     def warning_fences(self) -> bool:
-        return self.warning is not None and self.warning.policy is not Policy.NONE
+        w = self.warning
+        return (
+            w is not None
+            and w.policy is not Policy.NONE
+            and not is_departed(w.notice, self.fence, self.boot_id, self.warning_departed)
+        )
 
     @property
     def evacuation_requested(self) -> bool:
@@ -103,7 +115,10 @@ class Decision:
     event: str = ""
     condition: Condition | None = None
     why: str = ""
-    warning: Notice | None = None  # CORDON and DRAIN for the cloud's warning: which
+    # CORDON and DRAIN for the cloud's warning, or a shutdown's while the warning fenced:
+    # which (its notes go into the marker; a shutdown's keeps them, so the next boot knows
+    # the warning departed).
+    warning: Notice | None = None
 
 
 NOTHING = Decision(Step.NOTHING)
@@ -129,17 +144,21 @@ def decide(o: Observed) -> Decision:
 
 def _shutdown(o: Observed) -> Decision:
     reason = o.shutdown or Reason.UNKNOWN
+    warning = o.warning.notice if o.warning is not None and o.warning_fences else None
     if o.shutdown_policy is Policy.CORDON:
-        return Decision(Step.CORDON, reason, why=f"{reason}: policy cordon")
+        return Decision(Step.CORDON, reason, why=f"{reason}: policy cordon", warning=warning)
     if o.shutdown_policy is Policy.DRAIN:
-        return Decision(Step.DRAIN, reason, why=f"{reason}: policy drain")
+        return Decision(Step.DRAIN, reason, why=f"{reason}: policy drain", warning=warning)
     return Decision(Step.NOTHING, why=f"{reason}: policy none")
 
 
 def _cancelled(o: Observed) -> Decision:
     if o.warning is not None and o.warning_fences:
         # The warning holds the fence; its drain, if it asks one, follows as a NODE step.
-        return _warning_cordon(o.warning.notice, "shutdown cancelled; cloud warning")
+        # The marker becomes the warning's (nothing of the called-off shutdown is kept),
+        # so the warning's end undoes the cordon.
+        cordon = _warning_cordon(o.warning.notice, "shutdown cancelled; cloud warning")
+        return replace(cordon, keep=frozenset())
     if o.evacuation_requested:
         # Rewrite the marker to the evacuation's, so the shutdown's cordon of this boot
         # is not kept as one that is still going down.
@@ -170,6 +189,21 @@ def _settled(o: Observed) -> Decision:
 
 
 def _node(o: Observed) -> Decision:
+    decision = _fence_step(o)
+    if decision.step is Step.NOTHING and _forgotten(o):
+        return Decision(
+            Step.FORGET, why=f"the departed warning {o.warning_departed} is off the endpoint"
+        )
+    return decision
+
+
+def _forgotten(o: Observed) -> bool:
+    """The departed warning's note can go: the endpoint, read, no longer lists its ID, so
+    a later warning reusing it (GCP's, AWS's Spot: one string for every notice) fences again."""
+    return bool(o.warning_departed) and o.warnings_known and o.warning_departed not in o.warning_ids
+
+
+def _fence_step(o: Observed) -> Decision:
     fence = o.fence
     if o.warning is not None and o.warning_fences:
         return _warned(o, o.warning)
@@ -223,13 +257,15 @@ def _node(o: Observed) -> Decision:
 def _warned(o: Observed, warned: Warned) -> Decision:
     """The fence the warning acting now asks for (an evacuate taint waits behind it)."""
     fence, notice = o.fence, warned.notice
+    # The fence carries this very warning: its own, or a shutdown's that took it over (the
+    # shutdown keeps the warning's keys; before the Node shows the next boot's ID, that
+    # shutdown's marker is all that says the warning departed).
+    ours = fence.warning_id == notice.event_id
     if warned.policy is Policy.CORDON:
-        ours = fence.reason == Reason.WARNING and fence.warning_id == notice.event_id
         if fence.cordoned_by_other or (fence.unschedulable and ours):
             return NOTHING
         return _warning_cordon(notice, f"{notice.describe()}: policy cordon")
-    done = fence.result in FINISHED and fence.warning_id == notice.event_id
-    if fence.unschedulable and fence.reason == Reason.WARNING and done:
+    if fence.unschedulable and ours and fence.result in FINISHED:
         return NOTHING  # drained for this very warning
     if o.retry_pending:
         return NOTHING  # the last drain hit its deadline; the retry comes back to it

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from nodeagent.fence.reason import DEPARTING
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, api_stamp, node_path
 
 PREFIX = "nodeagent.io/"
@@ -29,6 +30,13 @@ DRAIN_RESULT = PREFIX + "drain-result"
 EXCLUDED_LB = PREFIX + "excluded-from-lb"
 # The boot the agent last started in: a new one without a drain record was unclean.
 LAST_BOOT_ID = PREFIX + "last-boot-id"
+# The cloud event ID of a warning whose departure already happened: the machine went down
+# and came back since its fence was taken, so the event the endpoint still lists for a
+# while (Azure keeps a Reboot `Started` for minutes) fences no more. While that fence's
+# marker stands it says so itself (`NodeFence.departed`); the write that clears or replaces
+# the marker moves the ID here. Not a marker key: the agent clears it once the endpoint no
+# longer lists that ID, so a later warning reusing it (GCP's, AWS's Spot) fences.
+WARNING_DEPARTED = PREFIX + "warning-departed"
 # A drain for the cloud's early warning: which warning, the cloud's event ID, and when the
 # cloud acts (RFC 3339; absent when it did not say). nodeagent/fence/warning.py.
 WARNING = PREFIX + "warning"
@@ -85,6 +93,7 @@ class NodeFence:
     result: str
     excluded_lb: bool = False  # the agent set EXCLUDE_LB_LABEL with this cordon
     warning_id: str = ""  # the cloud event a warning's drain was for
+    warning: str = ""  # which warning: "<cloud> <kind>" (nodeagent/fence/warning.py)
 
     @classmethod
     def of(cls, node: JSON) -> NodeFence:
@@ -98,7 +107,18 @@ class NodeFence:
             result=ann.get(DRAIN_RESULT, ""),
             excluded_lb=ann.get(EXCLUDED_LB) == "true",
             warning_id=ann.get(WARNING_ID, ""),
+            warning=ann.get(WARNING, ""),
         )
+
+    def departed(self, boot_id: str) -> str:
+        """The event ID of the departing warning this fence was taken for, if the machine
+        went down and came back since (the marker is of another boot than `boot_id`, the
+        Node's), else "". A shutdown's marker keeps the warning's keys for this."""
+        kind = self.warning.rpartition(" ")[2]  # WARNING is "<cloud> <kind>"
+        if not self.warning_id or kind not in DEPARTING:
+            return ""
+        rebooted = bool(self.boot_id and boot_id) and self.boot_id != boot_id
+        return self.warning_id if rebooted else ""
 
     @property
     def cordoned_by_agent(self) -> bool:
@@ -107,6 +127,23 @@ class NodeFence:
     @property
     def cordoned_by_other(self) -> bool:
         return self.unschedulable and not self.marked
+
+
+def departed_note(node: JSON) -> str:
+    """The Node's WARNING_DEPARTED: a warning's event ID whose departure happened, or ''."""
+    return str((node["metadata"].get("annotations") or {}).get(WARNING_DEPARTED) or "")
+
+
+def forget_departed(kube: Kube, node: JSON) -> None:
+    """Clear WARNING_DEPARTED, guarded by the resourceVersion like `cordon`: a note written
+    since `node` was read (another boot's) is decided on again, not lost."""
+    patch = {
+        "metadata": {
+            "resourceVersion": node["metadata"]["resourceVersion"],
+            "annotations": {WARNING_DEPARTED: None},
+        }
+    }
+    _guarded_patch(kube, node, patch)
 
 
 def first_taint(node: JSON, keys: Collection[str]) -> str:
@@ -175,10 +212,18 @@ def _drain_record(node: JSON, reason: str, notes: Notes | None) -> JSON:
                 BOOT_ID: boot_id(node),
                 DRAIN_RESULT: None,
                 **dict.fromkeys(WARNING_KEYS),
+                **_departed_note(node),
                 **(notes or {}),
             },
         },
     }
+
+
+def _departed_note(node: JSON) -> dict[str, str]:
+    """WARNING_DEPARTED for a write that drops the marker of a departed warning: its
+    memory passes from the marker to the note in the same write, never lost between."""
+    gone = NodeFence.of(node).departed(boot_id(node))
+    return {WARNING_DEPARTED: gone} if gone else {}
 
 
 def _guarded_patch(kube: Kube, node: JSON, patch: JSON) -> None:
@@ -227,7 +272,7 @@ def uncordon(
     patch: JSON = {
         "metadata": {
             "resourceVersion": node["metadata"]["resourceVersion"],
-            "annotations": dict.fromkeys(MARKER_KEYS),
+            "annotations": dict.fromkeys(MARKER_KEYS) | _departed_note(node),
         },
     }
     if fence.excluded_lb:

@@ -79,6 +79,11 @@ class WarningKind(StrEnum):
     REBALANCE = "rebalance"  # AWS rebalance recommendation: a risk, not a departure
 
 
+# Kinds that announce the VM going away: once it went down and came back, such a warning
+# has happened. A rebalance recommendation or a live migration never departs.
+DEPARTING = frozenset({WarningKind.INTERRUPTION, WarningKind.TERMINATION, WarningKind.MAINTENANCE})
+
+
 class FinishedPods(StrEnum):
     """What a drain does with Succeeded and Failed pods (nodeagent/drain/podfilter.py)."""
 

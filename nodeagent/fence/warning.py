@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from nodeagent.config import WarningsConfig
 from nodeagent.fence import marker
-from nodeagent.fence.reason import Cloud, Policy, WarningKind
+from nodeagent.fence.reason import DEPARTING, Cloud, Policy, WarningKind
 
 # The strongest policy acts when two warnings are due at once.
 _STRENGTH = {Policy.NONE: 0, Policy.CORDON: 1, Policy.DRAIN: 2}
@@ -62,6 +62,14 @@ def marker_notes(notice: Notice) -> dict[str, str]:
     if notice.deadline is not None:
         notes[marker.WARNING_DEADLINE] = stamp(notice.deadline)
     return notes
+
+
+def is_departed(notice: Notice, fence: marker.NodeFence, boot_id: str, noted: str) -> bool:
+    """`notice` announces a departure that already happened: its ID is the Node's note
+    (marker.WARNING_DEPARTED) or that of the fence's departed warning; it fences no more."""
+    if notice.kind not in DEPARTING:
+        return False
+    return notice.event_id in {noted, fence.departed(boot_id)} - {""}
 
 
 @dataclass(frozen=True)
