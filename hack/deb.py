@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from hack.nspawn import Container
 
+from hack.emulation import host_arch
+
 REPO = Path(__file__).resolve().parent.parent
 
 # -v: INFO lines (what the agent heard, its drain's progress and outcome) go to the journal.
@@ -22,10 +24,10 @@ ExecStart=/usr/bin/nodeagent run --config /etc/nodeagent/config.toml -v
 """
 
 
-def hack(script: str, timeout: float) -> list[Path]:
+def hack(script: str, timeout: float, *args: str) -> list[Path]:
     """Run a cached build script of hack/; the paths it prints, one a line."""
     out = subprocess.run(
-        [str(REPO / "hack" / script)],
+        [str(REPO / "hack" / script), *args],
         capture_output=True,
         text=True,
         check=False,
@@ -36,13 +38,18 @@ def hack(script: str, timeout: float) -> list[Path]:
     return [Path(line) for line in out.stdout.strip().splitlines()]
 
 
-def build_deb() -> Path:
-    """The package built from the checkout (hack/build-deb reuses an up-to-date one)."""
-    return hack("build-deb", 1200)[-1]
+def build_deb(suite: str = "bookworm", arch: str | None = None) -> Path:
+    """The package for ``suite`` and ``arch`` (the host's unless told) built from the checkout
+    (hack/build-deb reuses an up-to-date one). Bookworm by default: the harness's roots are
+    Debian 12's, whatever the host runs."""
+    target = f"{suite}/{arch or host_arch()}"
+    # Cold, a foreign architecture's build root and build run under emulation.
+    return hack("build-deb", 3600, target)[-1]
 
 
-def dpkg_offline(root: Path, deb: Path, *args: str) -> None:
-    """``dpkg -i`` into a root where no systemd runs, as a node image's build does."""
+def dpkg_offline(root: Path, deb: Path, *args: str, env: tuple[str, ...] = ()) -> None:
+    """``dpkg -i`` into a root where no systemd runs, as a node image's build does; ``env``
+    (NAME=VALUE) for its processes (an emulated root's, hack/emulation.qemu_env)."""
     out = subprocess.run(
         [
             "systemd-nspawn",
@@ -53,6 +60,7 @@ def dpkg_offline(root: Path, deb: Path, *args: str) -> None:
             "-D",
             str(root),
             f"--bind-ro={deb}:/tmp/{deb.name}",
+            *(f"--setenv={e}" for e in env),
             "dpkg",
             "-i",
             *args,

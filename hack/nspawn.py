@@ -34,6 +34,9 @@ class Container:
     # How a failure is raised: a subclass may narrow it to its own error type.
     error: type[RuntimeError] = RuntimeError
     run_timeout = 60.0
+    # NAME=VALUE for the container's PID 1 and the commands run in it, which get none of this
+    # process's environment: an emulated root's (hack/emulation.qemu_env).
+    env: tuple[str, ...] = ()
     _child: subprocess.Popen[bytes] | None = None
 
     @property
@@ -62,6 +65,7 @@ class Container:
             f"--machine={self.name}",
             "-D",
             str(self.root),
+            *(f"--setenv={e}" for e in self.env),
             *extra,
         ]
 
@@ -121,7 +125,18 @@ class Container:
         if leader is None:
             raise self.error(f"container {self.name} is not running")
         return subprocess.run(
-            ["env", "-i", INNER_PATH, "nsenter", "--target", str(leader), "--all", "--", *cmd],
+            [
+                "env",
+                "-i",
+                INNER_PATH,
+                *self.env,
+                "nsenter",
+                "--target",
+                str(leader),
+                "--all",
+                "--",
+                *cmd,
+            ],
             capture_output=True,
             text=True,
             timeout=self.run_timeout if timeout is None else timeout,

@@ -90,9 +90,16 @@ def _starts_a_cluster(item: pytest.Item) -> bool:
     return module is not None and _uses(module, CLUSTER_MODULES)
 
 
+# Every package on its own suite and architecture, arm64 under emulation: the slowest tier.
+MULTIARCH_MODULES = ("tests.test_multiarch",)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         module = getattr(item, "module", None)
+        if module is not None and _uses(module, MULTIARCH_MODULES):
+            item.add_marker(pytest.mark.multiarch)
+            item.add_marker(pytest.mark.artifacts)
         if _starts_a_cluster(item):
             item.add_marker(pytest.mark.cluster)
         if module is not None and _uses(module, NSPAWN_MODULES):

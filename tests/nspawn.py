@@ -98,9 +98,10 @@ def packaged_root(template: Path, cache: Path) -> Path:
     return root
 
 
-def nspawn_root() -> Path:
-    """The cached template root (built on first use; needs root and debootstrap)."""
-    return hack("nspawn-root", 1800)[-1]
+def nspawn_root(suite: str = "bookworm", arch: str | None = None) -> Path:
+    """The cached template root of ``suite`` and ``arch`` (the host's unless told; built on
+    first use, needs root and debootstrap, and hack/binfmt for a foreign architecture)."""
+    return hack("nspawn-root", 3600, suite, *([arch] if arch else []))[-1]
 
 
 class Machine(Container):

@@ -22,6 +22,7 @@ import pytest
 
 from hack import kubeutil as ku
 from hack.deb import hack
+from hack.emulation import emulated
 from nodeagent.kube.client import Kube
 from tests.nspawn import nspawn_root
 from tests.test_system import (
@@ -38,6 +39,10 @@ REPO = Path(__file__).resolve().parent.parent
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 FLATCAR_UNIT = REPO / "ignition" / "flatcar" / "nodeagent.service"
 ROOTFS = "var/lib/nodeagent-image/rootfs"  # RootDirectory= of the Flatcar unit
+REF = "org.opencontainers.image.ref.name"
+ARCHES = ["amd64", "arm64"]
+# ELF's e_machine of each architecture's binaries.
+ELF_MACHINE = {"amd64": 62, "arm64": 183}
 
 
 @pytest.fixture(scope="module")
@@ -56,18 +61,38 @@ def blob(archive: tarfile.TarFile, digest: str) -> Any:
     return member(archive, "blobs/" + digest.replace(":", "/"))
 
 
-def test_oci_archive_is_tagged_and_labelled_with_the_version(archives: tuple[Path, Path]) -> None:
+def platform_manifests(oci: tarfile.TarFile) -> dict[str, Any]:
+    """The version's image index in the archive, by architecture: the manifests it lists."""
+    top = member(oci, "index.json")["manifests"]
+    (entry,) = [m for m in top if m.get("annotations", {}).get(REF) == VERSION]
+    assert entry["mediaType"] == "application/vnd.oci.image.index.v1+json", entry
+    listed = blob(oci, entry["digest"])["manifests"]
+    by_arch = {m["platform"]["architecture"]: m for m in listed}
+    assert len(by_arch) == len(listed)
+    assert all(m["platform"]["os"] == "linux" for m in listed)
+    # Each also under its own tag, for tools that follow no index (umoci).
+    tagged = {m.get("annotations", {}).get(REF): m["digest"] for m in top}
+    for arch, manifest in by_arch.items():
+        assert tagged[f"{VERSION}-{arch}"] == manifest["digest"]
+    return by_arch
+
+
+def test_oci_archive_indexes_both_architectures_labelled_with_the_version(
+    archives: tuple[Path, Path],
+) -> None:
     with tarfile.open(archives[0]) as oci:
-        (entry,) = member(oci, "index.json")["manifests"]
-        assert entry["annotations"]["org.opencontainers.image.ref.name"] == VERSION
-        manifest = blob(oci, entry["digest"])
-        image = blob(oci, manifest["config"]["digest"])
-    cfg = image["config"]
-    assert cfg["Entrypoint"] == ["nodeagent"]
-    labels = cfg["Labels"]
-    assert labels["org.opencontainers.image.version"] == VERSION
-    assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
-    assert labels["org.opencontainers.image.source"]
+        by_arch = platform_manifests(oci)
+        assert sorted(by_arch) == ARCHES
+        for arch, entry in by_arch.items():
+            manifest = blob(oci, entry["digest"])
+            image = blob(oci, manifest["config"]["digest"])
+            assert (image["os"], image["architecture"]) == ("linux", arch)
+            cfg = image["config"]
+            assert cfg["Entrypoint"] == ["nodeagent"]
+            labels = cfg["Labels"]
+            assert labels["org.opencontainers.image.version"] == VERSION
+            assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
+            assert labels["org.opencontainers.image.source"]
 
 
 def test_docker_archive_carries_the_same_image(archives: tuple[Path, Path]) -> None:
@@ -79,21 +104,58 @@ def test_docker_archive_carries_the_same_image(archives: tuple[Path, Path]) -> N
     assert image["config"]["Labels"]["org.opencontainers.image.version"] == VERSION
 
 
-def unpack(oci: Path, workdir: Path, rootfs: Path) -> None:
-    """The image's root file system at ``rootfs``, layers applied as a runtime applies them."""
+def unpack(oci: Path, workdir: Path, rootfs: Path, arch: str = "amd64") -> None:
+    """The root file system of the image for ``arch`` at ``rootfs``, layers applied as a
+    runtime applies them."""
     layout = workdir / "layout"
     layout.mkdir()
     with tarfile.open(oci) as archive:
         archive.extractall(layout, filter="tar")
     bundle = workdir / "bundle"
     subprocess.run(
-        ["umoci", "unpack", "--image", f"{layout}:{VERSION}", str(bundle)],
+        ["umoci", "unpack", "--image", f"{layout}:{VERSION}-{arch}", str(bundle)],
         check=True,
         capture_output=True,
         timeout=300,
     )
     rootfs.parent.mkdir(parents=True, exist_ok=True)
     (bundle / "rootfs").rename(rootfs)
+
+
+def elf_machine(path: Path) -> int:
+    header = path.read_bytes()[:20]
+    assert header[:4] == b"\x7fELF", path
+    return int.from_bytes(header[18:20], "little")
+
+
+def test_arm64_image_entrypoint_runs_under_emulation(
+    archives: tuple[Path, Path], tmp_path: Path
+) -> None:
+    rootfs = tmp_path / "rootfs"
+    unpack(archives[0], tmp_path, rootfs, "arm64")
+    with tarfile.open(archives[0]) as oci:
+        manifest = blob(oci, platform_manifests(oci)["arm64"]["digest"])
+        cfg = blob(oci, manifest["config"]["digest"])["config"]
+    # The interpreter under the entrypoint's venv is arm64's, not the host's.
+    assert elf_machine(rootfs / "usr/bin/python3.11") == ELF_MACHINE["arm64"]
+    with emulated("arm64"):
+        out = subprocess.run(
+            [
+                "chroot",
+                str(rootfs),
+                "/usr/bin/env",
+                "-i",
+                *cfg["Env"],
+                *cfg["Entrypoint"],
+                "version",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"nodeagent {VERSION}"
 
 
 @pytest.fixture
