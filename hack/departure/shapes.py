@@ -35,16 +35,15 @@ def shape_error(shape: str, kinds: list[str], v2: set[str]) -> str | None:
     if shape == "nspawn-trixie":
         missing = [c for c in NEEDED if c not in v2]
         why = (
-            f"its cgroup v2 hierarchy lacks {', '.join(missing)} (bound to v1; it has "
+            f"this host's v2 hierarchy lacks {', '.join(missing)} (bound to v1; it has "
             f"{', '.join(sorted(v2)) or 'nothing'})"
             if missing
             else "the trixie nspawn root is not built yet"
         )
         return (
             "the nspawn-trixie shape does not run on this host: systemd 257 refuses cgroup v1 "
-            f"(unless the kernel command line forces it), on v2 the kubelet and runc need "
-            f"{', '.join(NEEDED)}, and {why}; "
-            "Debian 13 runs as --shape vm"
+            "(unless the kernel command line forces it), and on v2 the kubelet and runc need "
+            f"{', '.join(NEEDED)}: {why}; Debian 13 runs as --shape vm"
         )
     if shape == "vm":
         other = [k for k in kinds if k not in VM_KINDS]
