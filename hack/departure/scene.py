@@ -41,7 +41,7 @@ from hack.realnode.paths import REPO
 from hack.realnode.traffic import ClientError, ClientNet
 from hack.realnode.workload import PORT, WORKLOAD_IMAGE, import_into
 
-from .vm import VM_READY_S, VmLeaving
+from .vm import VM_EXIT_CAP_S, VM_READY_S, VmLeaving
 
 # The leaving node: an nspawn node, or a VM node (the `vm` shape, hack/departure/vm.py).
 Node = RealNode | VmLeaving
@@ -237,6 +237,12 @@ class Scene:
     def ready_timeout(self) -> float:
         """How long pods and nodes may take to be Ready: longer on a VM under TCG."""
         return VM_READY_S if self.shape == "vm" else READY_TIMEOUT
+
+    @property
+    def exit_cap(self) -> float:
+        """How long a node may take to go down once told: on the VM the agent's drain under
+        TCG took 94 s of logind's 128 s, and the shutdown after it takes a few seconds more."""
+        return VM_EXIT_CAP_S if self.shape == "vm" else DEPARTURE_CAP_S
 
     @classmethod
     @contextlib.contextmanager
@@ -643,7 +649,7 @@ class Scene:
             node.run("systemctl", "poweroff", "--no-block")
         cut = self.config.budget_s
         if cut is None:
-            node.wait_exit(DEPARTURE_CAP_S)
+            node.wait_exit(self.exit_cap)
             return time.time()
         try:
             node.wait_exit(max(0.0, self.poweroff_at + cut - time.time()))
@@ -688,7 +694,7 @@ class Scene:
         pods = REPLICAS + int(self.dnd)
         for node in nodes:
             node.run("systemctl", "reboot", "--no-block")
-            node.wait_exit(DEPARTURE_CAP_S)
+            node.wait_exit(self.exit_cap)
             off = time.time()
             node.boot(READY_TIMEOUT)  # Ready, and without the agent's cordon
             if isinstance(node, RealNode):  # a VM's containerd imports them as it starts
@@ -721,16 +727,19 @@ class Scene:
                 return bool(now) and now != before
             return False
 
-        cap = DEPARTURE_CAP_S + self.ready_timeout
+        cap = self.exit_cap + self.ready_timeout
         ku.wait_until(restarted, cap, "the new userspace after the soft-reboot", step=1.0)
+        # A heartbeat from now on is the new kubelet's: the old one stopped before.
+        up = time.monotonic()
         node.sync_clock()
-        node.wait_ready(self.ready_timeout, since=time.monotonic() - (time.time() - sent))
+        node.wait_ready(self.ready_timeout, since=up)
         pods = REPLICAS + int(self.dnd)
         ku.wait_until(lambda: len(self.ready_pods()) >= pods, self.ready_timeout,
                       "the service whole", step=POLL_S)  # fmt: skip
         self.returned = time.time()
         stopped = [
-            realtime(e) for e in node.journal("-u", "kubelet.service")
+            # systemd's own lines about the unit: not the kubelet's log, which is long.
+            realtime(e) for e in node.journal("UNIT=kubelet.service")
             if realtime(e) >= sent and e["MESSAGE"].startswith("Stopped kubelet")
         ]  # fmt: skip
         return stopped[0] if stopped else sent
@@ -744,7 +753,7 @@ class Scene:
         returned, `self.returned` when the node was Ready and uncordoned again."""
         node = self.leaving
         if self.config.agent:
-            node.run("systemctl", "stop", "nodeagent", timeout=DEPARTURE_CAP_S)
+            node.run("systemctl", "stop", "nodeagent", timeout=self.exit_cap)
         self.stopped = time.time()
         node.run("systemctl", "stop", "kubelet", timeout=60)
         tasks = node.run("ctr", "-n", "k8s.io", "tasks", "ls", "-q", timeout=30).stdout.split()
