@@ -133,9 +133,6 @@ class VmLeaving:
         """The ACPI power button, as a cloud stops an instance."""
         self.vm.power_button()
 
-    def guest_up(self) -> bool:
-        return self.vm.guest_agent_up()
-
     def wait_exit(self, timeout: float) -> int:
         try:
             return self.vm.wait_exit(timeout)
