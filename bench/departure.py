@@ -1,7 +1,7 @@
 """Departure benchmark: requests lost while a node leaves, on real nodes under real traffic.
 
-    python bench/departure.py [--only KIND,...] [--configs CONFIG,...] [--json FILE]
-                              [--cgroup-driver {cgroupfs,systemd}]
+    python bench/departure.py [--shape SHAPE] [--only KIND,...] [--configs CONFIG,...]
+                              [--json FILE] [--cgroup-driver {cgroupfs,systemd}]
 
 Each cell boots two real nodes (hack/realnode) with a configuration, spreads the service
 (hack/workload) over them behind a ClusterIP Service, sends ~50 requests/s through a real
@@ -34,6 +34,16 @@ beside the agent as nodeagent+gns, nodeagent+gns-gke, nodeagent+gns-eks; nodeage
 (the agent with 30 s for the whole shutdown, as a late or unheard cloud notice leaves it:
 logind's delay set to 30 s, so the drain is cut to fit, and the node's power cut if it is
 still up 30 s after the poweroff).
+
+--shape is the leaving node's: nspawn (the default: Debian 12, systemd 252, the host's
+cgroup v1, hack/realnode), vm (a qemu VM under TCG with its own kernel, Debian 13, systemd
+257, cgroup v2 and the systemd driver, hack/vmnode; its poweroff is the ACPI power button,
+as a cloud's stop, and its pods are reached by the client over a tap in the client's
+namespace, hack/departure/vm.py; the staying node is an nspawn node) or nspawn-trixie (not
+runnable on a host whose cgroup controllers are bound to v1: it says why). The kind
+soft-reboot (`systemctl soft-reboot`: userspace restarted on the same kernel, systemd 254+)
+runs on the vm shape only, and the vm shape runs poweroff, reboot, stop and soft-reboot.
+Each cell names its shape.
 
 Beside the requests, each cell reports drained_before_off (the drain for the cloud's
 warning ended before the poweroff) and lock_release_s (from logind's PrepareForShutdown to
@@ -70,6 +80,7 @@ if __package__ in (None, ""):  # run as a script: the checkout is the import roo
 from hack import aemm
 from hack.departure.kinds import CONFIGS, Kind
 from hack.departure.scene import Scene
+from hack.departure.shapes import SHAPES, shape_error, v2_controllers
 from hack.departure.summary import summarize
 from hack.localcluster.cluster import Cluster, ClusterError
 from hack.localcluster.procs import free_ports
@@ -78,9 +89,10 @@ from hack.realnode import stateful
 from hack.realnode.config import CGROUP_DRIVERS, CgroupDriver
 
 KINDS = ("poweroff", "evacuate", "reboot", "stop", "rolling-reboot", "sigterm-ignoring",
-         "daemonset-poweroff", "poweroff-target", "spot-interruption")  # fmt: skip
+         "daemonset-poweroff", "poweroff-target", "spot-interruption",
+         "soft-reboot")  # fmt: skip
 IMPLEMENTED = {k.value: k for k in Kind}
-COLUMNS = ("kind", "config", "sent", "failed", "long_cut", "longest_failure_s", "p50_ms",
+COLUMNS = ("shape", "kind", "config", "sent", "failed", "long_cut", "longest_failure_s", "p50_ms",
            "p99_ms", "release_s", "off_s", "routed_to_departed_until_s", "stateful_ready_s",
            "multi_attach_events", "drained_before_off", "lock_release_s")  # fmt: skip
 USAGE = 2
@@ -96,6 +108,9 @@ def _list(value: str, known: tuple[str, ...] | list[str], what: str) -> list[str
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bench/departure.py", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--shape", choices=SHAPES, default="nspawn", help="the leaving node's (default nspawn)"
+    )
     parser.add_argument("--only", default="poweroff,evacuate", help="kinds, comma-separated")
     parser.add_argument("--configs", default=",".join(CONFIGS), help="configs, comma-separated")
     parser.add_argument("--json", type=Path, help="write the cells here")
@@ -126,6 +141,7 @@ def run_cell(
     csi_dir: Path | None,
     volume: str,
     driver: CgroupDriver = "cgroupfs",
+    shape: str = "nspawn",
 ) -> dict[str, Any]:
     group = f"dep-{secrets.token_hex(2)}"
     if csi_dir is not None:
@@ -140,7 +156,7 @@ def run_cell(
         metadata = free_ports(1)[0]
     up = Scene.up(cluster, root / group, group, CONFIGS[config], csi_dir=csi_dir, volume=volume,
                   daemonset=daemonset, cgroup_driver=driver,
-                  metadata_port=metadata)  # fmt: skip
+                  metadata_port=metadata, shape=shape)  # fmt: skip
     with up as scene:
         departure = scene.depart(IMPLEMENTED[kind])
     if daemonset and not CONFIGS[config].agent:
@@ -160,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"error: kind {', '.join(missing)} is not implemented yet", file=sys.stderr)
         return USAGE
+    refused = shape_error(args.shape, kinds, v2_controllers())
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return USAGE
     cells: list[dict[str, Any]] = []
     root = Path(tempfile.mkdtemp(prefix="departure-"))
     print(f"work files in {root}", flush=True)
@@ -175,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
             for config in configs:
                 started = time.monotonic()
                 volume = str(len(cells) % 3 + 1)  # the mock driver's three, in turn
-                cell = run_cell(cluster, root, kind, config, csi_dir, volume, args.cgroup_driver)
+                cell = run_cell(cluster, root, kind, config, csi_dir, volume, args.cgroup_driver,
+                                args.shape)  # fmt: skip
                 cell["cell_s"] = round(time.monotonic() - started, 1)
                 cells.append(cell)
                 print(_row(cell), flush=True)

@@ -21,6 +21,8 @@ class Kind(Enum):
     POWEROFF = "poweroff"
     EVACUATE = "evacuate"
     REBOOT = "reboot"  # systemctl reboot; the node comes back and takes pods again
+    # systemctl soft-reboot (systemd 254+, the VM node): userspace restarted, same kernel.
+    SOFT_REBOOT = "soft-reboot"
     ROLLING_REBOOT = "rolling-reboot"  # both nodes, one after the other, as an OS-update wave
     SIGTERM_IGNORING = "sigterm-ignoring"  # a poweroff with a pod that ignores SIGTERM
     STOP = "stop"  # systemctl stop nodeagent, then maintenance of the node's runtime

@@ -5,6 +5,8 @@ a Deployment spread over both, a do-not-disrupt pod on the leaving node, a PDB a
 ClusterIP Service; a client namespace whose real kube-proxy runs as the staying node
 (hack/realnode/traffic.py). :meth:`Scene.depart` sends steady traffic and long requests
 through the Service while the leaving node departs, and returns every request's result.
+With the `vm` shape the leaving node is a VM node (hack/departure/vm.py) whose pods the
+client reaches over a tap in its namespace; the staying node is an nspawn node still.
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ from hack.realnode.images import TEST_IMAGE
 from hack.realnode.paths import REPO
 from hack.realnode.traffic import ClientError, ClientNet
 from hack.realnode.workload import PORT, WORKLOAD_IMAGE, import_into
+
+from .vm import VM_EXIT_CAP_S, VM_READY_S, VmLeaving
+
+# The leaving node: an nspawn node, or a VM node (the `vm` shape, hack/departure/vm.py).
+Node = RealNode | VmLeaving
 
 DND = "karpenter.sh/do-not-disrupt"
 EVACUATE_TAINT = "nodeagent.io/evacuate"  # the agent's default evacuate.taints
@@ -87,7 +94,7 @@ def agent_config(node: str, extra: str = "", metadata_port: int | None = None) -
     return f"{head}{extra}\n[warnings]\n{warnings}\n"
 
 
-def shorten_budget(node: RealNode, seconds: int) -> None:
+def shorten_budget(node: Node, seconds: int) -> None:
     """logind's delay cut to `seconds`: an administrator's file of the same name as the
     package's drop-in (systemd/logind-nodeagent.conf), in /etc, overrides it."""
     path = node.path("etc/systemd/logind.conf.d/zz-nodeagent.conf")
@@ -183,6 +190,7 @@ class Departure:
     stateful_ready: float | None = None
     multi_attach_events: int | None = None
     cgroup_driver: CgroupDriver = "cgroupfs"
+    shape: str = "nspawn"
     # The agent's journal: when it heard the cloud's warning, when that drain ended, when
     # the poweroff was asked for, and logind's PrepareForShutdown to the lock's release.
     warning_heard: float | None = None
@@ -197,7 +205,7 @@ class Scene:
     workdir: Path
     group: str
     config: Config
-    leaving: RealNode
+    leaving: Node
     staying: RealNode
     client: ClientNet
     service_ip: str = ""
@@ -213,6 +221,7 @@ class Scene:
     # loopback port (started by the spot-interruption kind); None: its warnings are off.
     metadata_port: int | None = None
     poweroff_at: float | None = None  # when the leaving node's poweroff was asked for
+    shape: str = "nspawn"  # the leaving node's (shapes.py); the staying node is nspawn's
     # The chart's cluster-scoped objects, deleted on exit (its namespace goes with it).
     rbac: list[dict[str, Any]] = field(default_factory=list)
 
@@ -223,6 +232,17 @@ class Scene:
     @property
     def agent_ns(self) -> str:
         return f"{self.group}-agent"
+
+    @property
+    def ready_timeout(self) -> float:
+        """How long pods and nodes may take to be Ready: longer on a VM under TCG."""
+        return VM_READY_S if self.shape == "vm" else READY_TIMEOUT
+
+    @property
+    def exit_cap(self) -> float:
+        """How long a node may take to go down once told: on the VM the agent's drain under
+        TCG took 94 s of logind's 128 s, and the shutdown after it takes a few seconds more."""
+        return VM_EXIT_CAP_S if self.shape == "vm" else DEPARTURE_CAP_S
 
     @classmethod
     @contextlib.contextmanager
@@ -239,6 +259,7 @@ class Scene:
         daemonset: bool = False,
         cgroup_driver: CgroupDriver = "cgroupfs",
         metadata_port: int | None = None,
+        shape: str = "nspawn",
     ) -> Iterator[Scene]:
         """Nodes, workload and client, all Ready; everything stopped and checked on exit.
         Without `dnd`, no do-not-disrupt pod (whose ceiling makes the departure 60 s longer).
@@ -250,39 +271,62 @@ class Scene:
         an agent config runs the agent as the chart's DaemonSet. `cgroup_driver` is the
         nodes' (hack/realnode NodeOptions). With `metadata_port`, the leaving node's agent
         from the .deb reads AWS's warnings there (the kind spot-interruption serves them);
-        every other agent's warnings are off."""
-        nodes: list[RealNode] = []
+        every other agent's warnings are off. With `shape` vm the leaving node is a VM node
+        (hack/departure/vm.py: cgroup v2 and the systemd driver whatever `cgroup_driver`
+        says, which is then the staying node's) reached by the client over a tap."""
+        nodes: list[Node] = []
         client: ClientNet | None = None
         daemonset = daemonset and config.agent
+        if shape == "vm" and (daemonset or metadata_port is not None):
+            raise ValueError("the vm shape runs neither the DaemonSet nor the metadata mock")
         archive = agent_daemonset.image_archive() if daemonset else None
         rbac: list[dict[str, Any]] = []
+        leaving, staying = f"{group}-a", f"{group}-b"
+
+        def nspawn(name: str, port: int | None) -> RealNode:
+            # Only the leaving node's agent reads the mock (`port`): it cannot tell the
+            # nodes apart (both ask from the host's loopback), and the notice is not the
+            # staying node's.
+            binds = realcsi.binds(csi_dir) if csi_dir else []
+            opts = config.node_options(group, cgroup_driver)
+            node = RealNode.create(cluster, name, workdir / name, opts, binds)
+            nodes.append(node)
+            if csi_dir:
+                realcsi.install_plugin(node.root, stateful.DRIVER)
+            if config.agent and not daemonset:
+                agent = agent_config(name, agent_extra, port)
+                install_agent(node, cluster.kubeconfig, agent)
+            if config.budget_s is not None:
+                shorten_budget(node, config.budget_s)
+            node.boot()
+            import_into(node)
+            if archive is not None:
+                agent_daemonset.import_image(node, archive)
+            return node
+
         try:
-            for suffix in ("a", "b"):
-                name = f"{group}-{suffix}"
-                binds = realcsi.binds(csi_dir) if csi_dir else []
-                opts = config.node_options(group, cgroup_driver)
-                node = RealNode.create(cluster, name, workdir / name, opts, binds)
-                nodes.append(node)
-                if csi_dir:
-                    realcsi.install_plugin(node.root, stateful.DRIVER)
-                if config.agent and not daemonset:
-                    # Only the leaving node's agent reads the mock: it cannot tell the nodes
-                    # apart (both ask from the host's loopback), and the notice is not the
-                    # staying node's.
-                    port = metadata_port if node is nodes[0] else None
-                    agent = agent_config(name, agent_extra, port)
-                    install_agent(node, cluster.kubeconfig, agent)
+            if shape == "vm":
+                # The client first: the VM's second NIC is a tap in its namespace.
+                nspawn(staying, None)
+                client = ClientNet.start(cluster, workdir / "client", as_node=staying)
+                text = agent_config(leaving, agent_extra) if config.agent else None
+                vm = VmLeaving.create(cluster, leaving, workdir / leaving, config, group,
+                                      client, csi_dir, text)  # fmt: skip
+                nodes.insert(0, vm)
                 if config.budget_s is not None:
-                    shorten_budget(node, config.budget_s)
-                node.boot()
-                import_into(node)
-                if archive is not None:
-                    agent_daemonset.import_image(node, archive)
-            client = ClientNet.start(cluster, workdir / "client", as_node=nodes[1].name)
+                    shorten_budget(vm, config.budget_s)
+                vm.boot()
+            else:
+                nspawn(leaving, metadata_port)
+                nspawn(staying, None)
+                client = ClientNet.start(cluster, workdir / "client", as_node=staying)
+            stay = nodes[1]
+            assert isinstance(stay, RealNode)
             scene = cls(
-                cluster, workdir, group, config, nodes[0], nodes[1], client, dnd=dnd,
+                cluster, workdir, group, config, nodes[0], stay, client, dnd=dnd,
                 csi_dir=csi_dir, volume=volume, daemonset=daemonset, rbac=rbac,
-                cgroup_driver=cgroup_driver, metadata_port=metadata_port,
+                cgroup_driver="systemd" if shape == "vm" else cgroup_driver,
+                metadata_port=metadata_port, shape=shape,
             )  # fmt: skip
             scene._deploy()
             yield scene
@@ -297,7 +341,7 @@ class Scene:
                     errors.append(str(exc))
             for node in nodes:
                 _keep_journal(node, workdir / f"{node.name}.journal")
-                if daemonset:
+                if daemonset and isinstance(node, RealNode):
                     _keep_pod_logs(node, f"{group}-agent", workdir / f"{node.name}.agent.log")
                 try:
                     node.stop()
@@ -346,10 +390,11 @@ class Scene:
             self._stateful()
         pods = REPLICAS + int(self.dnd)
         ku.wait_until(
-            lambda: len(self.ready_pods()) == pods, READY_TIMEOUT, "pods Ready", step=POLL_S
+            lambda: len(self.ready_pods()) == pods, self.ready_timeout, "pods Ready", step=POLL_S
         )
         for node in (self.leaving, self.staying):
-            self.client.attach(node.slot)
+            if isinstance(node, RealNode):  # a VM's tap is in the namespace from its start
+                self.client.attach(node.slot)
         self.client.route_services(self.staying.slot)
         self.client.wait_endpoints(ns, APP, pods, 60)
         dnd_node = [p for p in self.ready_pods() if p["metadata"]["labels"]["tier"] == "dnd"]
@@ -361,7 +406,7 @@ class Scene:
             for node in (self.leaving, self.staying):
                 ku.wait_until(
                     functools.partial(_agent_ready, node),
-                    60,
+                    60 if isinstance(node, RealNode) else self.ready_timeout,
                     f"the agent on {node.name}",
                     step=POLL_S,
                 )
@@ -382,7 +427,7 @@ class Scene:
         spec = pod_spec(self.group, affinity=prefer(self.leaving.name))
         body = stateful.statefulset(ns, "db", {"app": "db"}, spec)
         kube.create(f"/apis/apps/v1/namespaces/{ns}/statefulsets", body)
-        db = ku.wait_until(self.stateful_pod, READY_TIMEOUT, "db-0 Ready", step=POLL_S)
+        db = ku.wait_until(self.stateful_pod, self.ready_timeout, "db-0 Ready", step=POLL_S)
         if db["spec"]["nodeName"] != self.leaving.name:
             raise RuntimeError("the stateful pod was not scheduled on the leaving node")
 
@@ -427,7 +472,7 @@ class Scene:
     def _wait_daemonset(self) -> None:
         """Each node's agent pod Ready and holding its logind delay lock (its INFO line
         "holding a logind delay lock" goes to the pod's log, not the node's journal)."""
-        nodes = (self.leaving, self.staying)
+        nodes = (self._nspawn_leaving(), self.staying)
 
         def ready() -> bool:
             pods = agent_daemonset.ready_agents(self.cluster.kube, self.agent_ns)
@@ -481,6 +526,8 @@ class Scene:
             procs.append(self.loadgen("long", *[a for u in longs for a in ("--url", u)],
                                       out=out / "long.jsonl"))  # fmt: skip
             time.sleep(1.0)  # the long requests are in flight when the departure starts
+            if isinstance(self.leaving, VmLeaving):
+                self.leaving.sync_clock()  # its journal's times, on the host's clock
             started = time.time()
             on_start(started)
             off_at = self._leave(kind, notes)
@@ -529,10 +576,17 @@ class Scene:
             stateful_ready=ready,
             multi_attach_events=multi,
             cgroup_driver=self.cgroup_driver,
+            shape=self.shape,
             **self._agent_times(),
         )
 
-    def _departing(self, kind: Kind) -> list[RealNode]:
+    def _nspawn_leaving(self) -> RealNode:
+        """The leaving node where only an nspawn node can be (the DaemonSet form)."""
+        if not isinstance(self.leaving, RealNode):
+            raise ValueError(f"the {self.shape} shape runs no DaemonSet agent")
+        return self.leaving
+
+    def _departing(self, kind: Kind) -> list[Node]:
         return [self.leaving, self.staying] if kind is Kind.ROLLING_REBOOT else [self.leaving]
 
     def _stubborn_pod(self) -> None:
@@ -560,6 +614,8 @@ class Scene:
         """Start the departure; return when the (last) leaving node is off."""
         if kind in (Kind.REBOOT, Kind.ROLLING_REBOOT):
             return self._reboot(self._departing(kind))
+        if kind is Kind.SOFT_REBOOT:
+            return self._soft_reboot()
         if kind is Kind.STOP:
             return self._maintain()
         node = self.leaving
@@ -587,10 +643,13 @@ class Scene:
         does at the end of a late notice's time (GCP's hard-off)."""
         node = self.leaving
         self.poweroff_at = time.time()
-        node.run("systemctl", "poweroff", "--no-block")
+        if isinstance(node, VmLeaving):
+            node.power_button()  # as a cloud stops an instance: logind's power key
+        else:
+            node.run("systemctl", "poweroff", "--no-block")
         cut = self.config.budget_s
         if cut is None:
-            node.wait_exit(DEPARTURE_CAP_S)
+            node.wait_exit(self.exit_cap)
             return time.time()
         try:
             node.wait_exit(max(0.0, self.poweroff_at + cut - time.time()))
@@ -613,7 +672,7 @@ class Scene:
             if mock is not None:
                 mock.stop()
 
-    def _wait_off(self, node: RealNode, notes: list[str]) -> None:
+    def _wait_off(self, node: Node, notes: list[str]) -> None:
         """Until the node is off; one still up after DEPARTURE_CAP_S is noted with what
         its systemd still has queued, then killed (seen while the nodes' console was an
         unread pty: PID 1 blocked in a status line once it was full, hack/nspawn.py)."""
@@ -627,7 +686,7 @@ class Scene:
         )
         node.kill()
 
-    def _reboot(self, nodes: list[RealNode]) -> float:
+    def _reboot(self, nodes: list[Node]) -> float:
         """Reboot `nodes` one after another, as an OS-update wave does (kured): the next
         only when the one before is back, Ready, uncordoned, and the service whole again.
         Returns when the last went down; `self.returned` is when the wave was over."""
@@ -635,18 +694,55 @@ class Scene:
         pods = REPLICAS + int(self.dnd)
         for node in nodes:
             node.run("systemctl", "reboot", "--no-block")
-            node.wait_exit(DEPARTURE_CAP_S)
+            node.wait_exit(self.exit_cap)
             off = time.time()
             node.boot(READY_TIMEOUT)  # Ready, and without the agent's cordon
-            import_into(node)  # a no-op when containerd kept its images
+            if isinstance(node, RealNode):  # a VM's containerd imports them as it starts
+                import_into(node)  # a no-op when containerd kept its images
             ku.wait_until(
                 lambda: len(self.ready_pods()) >= pods,
-                READY_TIMEOUT,
+                self.ready_timeout,
                 "the service whole",
                 step=POLL_S,
             )
         self.returned = time.time()
         return off
+
+    def _soft_reboot(self) -> float:
+        """`systemctl soft-reboot` (systemd 254+: userspace only, the same kernel and boot
+        ID), then until the node is Ready with a heartbeat of the new userspace, uncordoned,
+        and the service whole. Returns when the kubelet stopped (by the guest's journal);
+        `self.returned` is when the service was whole again."""
+        node = self.leaving
+        if not isinstance(node, VmLeaving):
+            raise ValueError("soft-reboot needs systemd 254+: the vm shape")
+        before = _userspace(node)
+        sent = time.time()
+        with contextlib.suppress(NodeError):  # the guest agent may stop before it answers
+            node.run("systemctl", "soft-reboot", "--no-block", timeout=30)
+
+        def restarted() -> bool:
+            with contextlib.suppress(NodeError):
+                now = _userspace(node)
+                return bool(now) and now != before
+            return False
+
+        cap = self.exit_cap + self.ready_timeout
+        ku.wait_until(restarted, cap, "the new userspace after the soft-reboot", step=1.0)
+        # A heartbeat from now on is the new kubelet's: the old one stopped before.
+        up = time.monotonic()
+        node.sync_clock()
+        node.wait_ready(self.ready_timeout, since=up)
+        pods = REPLICAS + int(self.dnd)
+        ku.wait_until(lambda: len(self.ready_pods()) >= pods, self.ready_timeout,
+                      "the service whole", step=POLL_S)  # fmt: skip
+        self.returned = time.time()
+        stopped = [
+            # systemd's own lines about the unit: not the kubelet's log, which is long.
+            realtime(e) for e in node.journal("UNIT=kubelet.service")
+            if realtime(e) >= sent and e["MESSAGE"].startswith("Stopped kubelet")
+        ]  # fmt: skip
+        return stopped[0] if stopped else sent
 
     def _maintain(self) -> float:
         """An operator's maintenance of the leaving node's runtime (an upgrade of the
@@ -657,7 +753,7 @@ class Scene:
         returned, `self.returned` when the node was Ready and uncordoned again."""
         node = self.leaving
         if self.config.agent:
-            node.run("systemctl", "stop", "nodeagent", timeout=DEPARTURE_CAP_S)
+            node.run("systemctl", "stop", "nodeagent", timeout=self.exit_cap)
         self.stopped = time.time()
         node.run("systemctl", "stop", "kubelet", timeout=60)
         tasks = node.run("ctr", "-n", "k8s.io", "tasks", "ls", "-q", timeout=30).stdout.split()
@@ -667,13 +763,13 @@ class Scene:
         time.sleep(MAINTENANCE_S)
         units = ["kubelet", "nodeagent"] if self.config.agent else ["kubelet"]
         node.run("systemctl", "start", *units, timeout=60)
-        node.wait_ready(READY_TIMEOUT)
+        node.wait_ready(self.ready_timeout)
         self.returned = time.time()
         return down
 
     def _drain_line(self, reason: str) -> float | None:
         if self.daemonset:
-            return _pod_log_line(self.leaving, self.agent_ns, f"drain for {reason}: ")
+            return _pod_log_line(self._nspawn_leaving(), self.agent_ns, f"drain for {reason}: ")
         for entry in self.leaving.journal("-u", "nodeagent.service"):
             if f"drain for {reason}: " in entry["MESSAGE"]:
                 return realtime(entry)
@@ -712,8 +808,11 @@ class Scene:
             return self.stopped
         if kind is Kind.SPOT_INTERRUPTION:
             return self._drain_line(WARNING_REASON)
-        # logind of systemd 252 (the node's) does not say a reboot from a poweroff: the agent
-        # reports a reboot's drain as one for poweroff.
+        # logind of systemd 252 (the nspawn node's) does not say a reboot from a poweroff:
+        # the agent reports a reboot's drain as one for poweroff. The VM's systemd 257 sends
+        # the type (PrepareForShutdownWithMetadata).
+        if self.shape == "vm" and kind in (Kind.REBOOT, Kind.SOFT_REBOOT):
+            return self._drain_line(kind.value)
         return self._drain_line(Kind.POWEROFF.value)
 
 
@@ -786,7 +885,7 @@ class EndpointTracker:
         self._thread.join(10)
 
 
-def _release_volume(cluster: Cluster, ns: str, nodes: list[RealNode]) -> None:
+def _release_volume(cluster: Cluster, ns: str, nodes: list[Node]) -> None:
     """The StatefulSet deleted and its volume detached from the nodes still running
     (bounded), so that the next scene can attach it; one left on a node that is off stays
     attached for the attach/detach controller's 6 minutes."""
@@ -806,8 +905,11 @@ def _release_volume(cluster: Cluster, ns: str, nodes: list[RealNode]) -> None:
         kube.delete(f"/api/v1/persistentvolumes/{ns}-db")
 
 
-def _keep_journal(node: RealNode, path: Path) -> None:
+def _keep_journal(node: Node, path: Path) -> None:
     """The node's journal (every boot), kept beside the results: its root goes with it."""
+    if isinstance(node, VmLeaving):
+        node.save_journal(path)
+        return
     out = subprocess.run(
         ["journalctl", "-D", str(node.path("var/log/journal")), "-o", "short-iso-precise"],
         capture_output=True,
@@ -844,7 +946,7 @@ def _first(entries: list[dict[str, str]], text: str) -> float | None:
     return next((realtime(e) for e in entries if text in e["MESSAGE"]), None)
 
 
-def _jobs(node: RealNode) -> str:
+def _jobs(node: Node) -> str:
     """What the node's systemd still has queued, for a note (its manager may not answer)."""
     try:
         out = node.run("systemctl", "list-jobs", "--no-legend", "--no-pager", timeout=10)
@@ -854,7 +956,13 @@ def _jobs(node: RealNode) -> str:
     return f"jobs queued: {jobs or 'none'}"
 
 
-def _agent_ready(node: RealNode) -> bool:
+def _userspace(node: VmLeaving) -> str:
+    """When the guest's systemd started its userspace (a soft-reboot starts it again)."""
+    out = node.run("systemctl", "show", "-P", "UserspaceTimestampMonotonic", timeout=20)
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def _agent_ready(node: Node) -> bool:
     return any("holding a logind delay lock" in m for m in node.messages("nodeagent.service"))
 
 

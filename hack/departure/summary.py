@@ -42,6 +42,7 @@ def summarize(departure: Any) -> dict[str, Any]:
     cell: dict[str, Any] = {
         "kind": departure.kind,
         "config": departure.config,
+        "shape": departure.shape,
         "cgroup_driver": departure.cgroup_driver,
         "sent": len(steady),
         "failed": len(failed),

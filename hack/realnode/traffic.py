@@ -224,6 +224,16 @@ class ClientNet:
         self.run_checked("ip", "addr", "add", f"{self.leg_address(slot)}/24", "dev", leg)
         self.run_checked("ip", "link", "set", leg, "up")
 
+    def add_tap(self, name: str, address: str, subnet: str, via: str) -> None:
+        """A tap inside the namespace (a VM node's second NIC, hack/vmnode/tap.py) holding
+        `address`/30, with `subnet` (the VM's pods) routed through it to `via` (the guest).
+        It goes with the namespace."""
+        self.run_checked("ip", "tuntap", "add", "dev", name, "mode", "tap")
+        self.run_checked("ip", "addr", "add", f"{address}/30", "dev", name)
+        self.run_checked("ip", "link", "set", name, "up")
+        # onlink: the tap has no carrier until qemu attaches to it.
+        self.run_checked("ip", "route", "add", subnet, "via", via, "dev", name, "onlink")
+
     def route_services(self, slot: NodeSlot) -> None:
         """ClusterIPs are routed (before kube-proxy's DNAT) out of this node's leg."""
         self.run_checked(

@@ -4,7 +4,7 @@ The package (hack/build-deb) carries a venv built on Debian 12's Python 3.11; th
 13, whose Python is 3.13, so that venv cannot run there. Until a trixie package exists the VM
 gets the same files the package installs, made for 3.13: the venv of the agent's dependencies
 (built with the root, hack/vm-root), the agent's wheel built from the checkout installed into
-it, the unit, the logind drop-in and /usr/bin/nodeagent.
+it, the unit, the logind drop-in, the containers' scope drop-ins and /usr/bin/nodeagent.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from hack.realnode.paths import REPO
 
 VENV = "/usr/lib/nodeagent"
 WANTS = "etc/systemd/system/multi-user.target.wants"
+SCOPES = ("cri-containerd", "crio", "docker")
 
 
 class AgentInstallError(RuntimeError):
@@ -48,6 +49,12 @@ def install(root: Path, config: str) -> None:
     logind = root / "usr/lib/systemd/logind.conf.d/zz-nodeagent.conf"
     logind.parent.mkdir(parents=True, exist_ok=True)
     logind.write_text((REPO / "systemd/logind-nodeagent.conf").read_text())
+    # The containers' scopes stop only after the agent (packaging/debian/rules installs it
+    # for each runtime): the VM's pods are such scopes, under the systemd driver.
+    for scope in SCOPES:
+        dropin = root / f"usr/lib/systemd/system/{scope}-.scope.d/50-nodeagent.conf"
+        dropin.parent.mkdir(parents=True, exist_ok=True)
+        dropin.write_text((REPO / "systemd/pod-scope-nodeagent.conf").read_text())
     (root / "usr/bin/nodeagent").symlink_to(f"{VENV}/bin/nodeagent")
     (root / WANTS / "nodeagent.service").symlink_to("/usr/lib/systemd/system/nodeagent.service")
     dropin = root / "etc/systemd/system/nodeagent.service.d/verbose.conf"

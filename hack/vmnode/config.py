@@ -26,12 +26,32 @@ KUBECONFIG = "/etc/kubernetes/kubelet.kubeconfig"
 
 
 @dataclass(frozen=True)
+class VmLink:
+    """A second NIC on the tap `tap` in the network namespace `netns` (hack/vmnode/tap.py):
+    the guest's eth1 is `guest`/30, the tap `peer`/30, and the pods' subnet is routed to the
+    guest from there."""
+
+    netns: str
+    tap: str
+    guest: str = "10.251.0.1"
+    peer: str = "10.251.0.2"
+    mac: str = "52:54:00:fa:00:01"
+
+
+@dataclass(frozen=True)
 class VmOptions:
     labels: dict[str, str] = field(default_factory=dict)
     memory_mb: int = 2048
     cpus: int = 2
     # Room for containerd's images and the journal beside the root's files.
     disk_spare_mb: int = 2048
+    # The kubelet's graceful node shutdown (shutdownGracePeriod, its critical pods' share).
+    shutdown_grace: int = 0
+    shutdown_grace_critical: int = 0
+    link: VmLink | None = None
+    # qemu exits when the guest reboots (-no-reboot), as nspawn does: the harness starts it
+    # again on the same disk, and the moment the machine went down is qemu's exit.
+    exit_on_reboot: bool = False
 
 
 def guest_server(host_server: str) -> str:
@@ -48,11 +68,16 @@ def guest_kubeconfig(text: str, host_server: str) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def vm_kubelet_config(name: str) -> str:
+def vm_kubelet_config(name: str, opts: VmOptions | None = None) -> str:
     """The nspawn node's KubeletConfiguration, for a VM: cgroup v2 with the systemd driver,
     the default cgroup root, and the kernel tunables the kubelet's to set."""
-    opts = NodeOptions(cgroup_driver="systemd")
-    config = yaml.safe_load(kubelet_config(name, NodeSlot(0, KUBELET_PORT), opts))
+    vm = opts or VmOptions()
+    node = NodeOptions(
+        cgroup_driver="systemd",
+        shutdown_grace=vm.shutdown_grace,
+        shutdown_grace_critical=vm.shutdown_grace_critical,
+    )
+    config = yaml.safe_load(kubelet_config(name, NodeSlot(0, KUBELET_PORT), node))
     del config["failCgroupV1"]  # cgroup v2: the default (refuse v1) holds
     config["address"] = "0.0.0.0"
     config["cgroupRoot"] = "/"
@@ -73,6 +98,9 @@ def vm_cni_config() -> str:
                 "type": "bridge",
                 "bridge": "cni0",
                 "isGateway": True,
+                # The pods' default route through the guest: replies to a client beyond the
+                # node (the benchmark's, over the VM's link) leave by it.
+                "isDefaultGateway": True,
                 "ipMasq": False,
                 "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET}]]},
             }
@@ -84,6 +112,30 @@ def vm_cni_config() -> str:
 def env_file(name: str, opts: VmOptions) -> str:
     labels = ",".join(f"{k}={v}" for k, v in sorted(opts.labels.items()))
     return f"NODE_NAME={name}\nNODE_LABELS={labels}\n"
+
+
+def link_unit(link: VmLink) -> str:
+    """The guest's address on its second NIC (eth1: net.ifnames=0, the NICs in PCI order).
+    Replies from the pods reach the client through it: the pods' gateway is the guest
+    (the CNI bridge's isGateway), which forwards them (ip_forward in the guest's own
+    kernel, not the host's)."""
+    return f"""[Unit]
+Description=The VM's address on its link to the benchmark's client
+DefaultDependencies=no
+Before=network-online.target kubelet.service
+After=sys-subsystem-net-devices-eth1.device
+BindsTo=sys-subsystem-net-devices-eth1.device
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/sbin/ip link set eth1 up
+ExecStart=/usr/sbin/ip addr add {link.guest}/30 dev eth1
+ExecStart=/usr/sbin/sysctl -q -w net.ipv4.ip_forward=1
+
+[Install]
+WantedBy=multi-user.target
+"""
 
 
 def hosts_file(name: str) -> str:
@@ -102,9 +154,23 @@ class Machine:
     guest_agent: Path
 
 
-def qemu_argv(m: Machine, opts: VmOptions) -> list[str]:
+def qemu_argv(m: Machine, opts: VmOptions, tap_fd: int | None = None) -> list[str]:
     """TCG (KVM hangs a stock kernel on this host's nested hypervisor), a q35 machine with
-    ACPI (its power button is what a cloud presses), virtio disk and NIC, no display."""
+    ACPI (its power button is what a cloud presses), virtio disk and NIC, no display. With
+    `tap_fd` (opts.link's tap, opened by hack/vmnode/tap.py), a second NIC on it."""
+    extra: list[str] = []
+    if opts.link is not None:
+        if tap_fd is None:
+            raise ValueError("a VM with a link needs its tap's file descriptor")
+        mac = opts.link.mac
+        extra += [
+            "-netdev",
+            f"tap,id=n1,fd={tap_fd}",
+            "-device",
+            f"virtio-net-pci,netdev=n1,mac={mac}",
+        ]
+    if opts.exit_on_reboot:
+        extra.append("-no-reboot")
     return [
         "qemu-system-x86_64",
         "-accel", "tcg",
@@ -130,4 +196,5 @@ def qemu_argv(m: Machine, opts: VmOptions) -> list[str]:
         "-display", "none",
         "-monitor", "none",
         "-rtc", "base=utc",
+        *extra,
     ]  # fmt: skip

@@ -33,7 +33,7 @@ from hack.realnode import build as realbuild
 from hack.realnode.config import CA_PATH
 from hack.realnode.images import ensure_images
 
-from . import qmp
+from . import qmp, tap
 from .config import (
     KUBECONFIG,
     Machine,
@@ -41,11 +41,14 @@ from .config import (
     env_file,
     guest_kubeconfig,
     hosts_file,
+    link_unit,
     qemu_argv,
     vm_cni_config,
     vm_containerd_config,
     vm_kubelet_config,
 )
+
+LINK_UNIT = "vmnode-link.service"
 
 
 class VmError(RuntimeError):
@@ -110,15 +113,20 @@ class VmNode:
         files = {
             "etc/hostname": f"{self.name}\n",
             "etc/hosts": hosts_file(self.name),
-            "etc/kubernetes/kubelet.yaml": vm_kubelet_config(self.name),
+            "etc/kubernetes/kubelet.yaml": vm_kubelet_config(self.name, self.opts),
             "etc/cni/net.d/10-vmnode.conflist": vm_cni_config(),
             "etc/containerd/config.toml": vm_containerd_config(),
             "etc/realnode/env": env_file(self.name, self.opts),
             CA_PATH: (self.cluster.pki_dir / "ca.crt").read_text(),
             KUBECONFIG: guest_kubeconfig(minted.read_text(), self.cluster.server),
         }
+        if self.opts.link is not None:
+            files[f"etc/systemd/system/{LINK_UNIT}"] = link_unit(self.opts.link)
         for inside, text in files.items():
             self.path(inside).write_text(text)
+        if self.opts.link is not None:
+            wants = self.path(f"etc/systemd/system/multi-user.target.wants/{LINK_UNIT}")
+            wants.symlink_to(f"/etc/systemd/system/{LINK_UNIT}")
         self.path(KUBECONFIG).chmod(0o600)
         minted.unlink()
 
@@ -153,15 +161,22 @@ class VmNode:
         self.boots += 1
         started = time.monotonic()
         since_wall = time.time()
-        argv = ["nice", "-n", "19", *qemu_argv(self.machine, self.opts)]
-        self._qemu = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=(self.workdir / f"qemu-{self.boots}.log").open("wb"),
-            start_new_session=True,
-        )
-        self.wait(timeout, lambda: self._ready(since_wall), "not Ready")
+        link = self.opts.link
+        fd = tap.open_tap(link.netns, link.tap) if link is not None else None
+        argv = ["nice", "-n", "19", *qemu_argv(self.machine, self.opts, fd)]
+        try:
+            self._qemu = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=(self.workdir / f"qemu-{self.boots}.log").open("wb"),
+                start_new_session=True,
+                pass_fds=() if fd is None else (fd,),
+            )
+        finally:
+            if fd is not None:
+                os.close(fd)  # qemu holds it now
+        self.wait(timeout, lambda: self.ready_since(since_wall), "not Ready")
         return time.monotonic() - started
 
     def running(self) -> bool:
@@ -176,7 +191,9 @@ class VmNode:
                 raise VmError(f"{self.name}: {what} after {timeout:.0f}s:\n{self.console()}")
             time.sleep(1)
 
-    def _ready(self, since_wall: float) -> bool:
+    def ready_since(self, since_wall: float) -> bool:
+        """Ready with a heartbeat written since `since_wall`, and no node.kubernetes.io taint
+        (the agent's cordon undone)."""
         try:
             obj = self.cluster.kube.get(f"/api/v1/nodes/{self.name}")
         except ApiError as exc:
@@ -266,7 +283,8 @@ class VmNode:
         (252) is older than the files' format may be."""
         out = subprocess.run(
             ["systemd-nspawn", "--quiet", "--register=no", "--keep-unit", "--pipe",
-             "--volatile=yes", "-D", str(ensure_root()),
+             # No colours: nspawn's --pipe makes journalctl colour even JSON's keys.
+             "--volatile=yes", "--setenv=SYSTEMD_COLORS=0", "-D", str(ensure_root()),
              f"--bind-ro={self.journal_dir()}:/journal",
              "journalctl", "-D", "/journal", "-o", "short-unix", "--no-pager", *args],
             capture_output=True, text=True, timeout=120, check=False,
