@@ -89,9 +89,8 @@ class Outcome:
     def cell(self) -> str:
         if self.error:
             return f"not run: {self.error}"
-        return f"{self.passed}/{self.tests} passed, {self.seconds:.0f} s" + (
-            f", {self.skipped} skipped" if self.skipped else ""
-        )
+        skipped = f", {self.skipped} skipped" if self.skipped else ""
+        return f"{self.passed} passed, {self.failed} failed{skipped}, {self.seconds:.0f} s"
 
 
 def build(pair: Pair) -> None:
