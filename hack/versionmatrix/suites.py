@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 # engineer's benchmark may hold it for as long before.
 LOCK_WAIT = 3600
 SUITE_TIMEOUT = 5400.0
+TEARDOWN_GRACE = 300.0
 BUILD_TIMEOUT = 3600.0
 
 # The real nodes (tests/test_realnode.py; marker nspawn). "core" is its departure scenarios:
@@ -118,9 +119,7 @@ def run(pair: Pair, tests: tuple[str, ...], lock: Path | None) -> Outcome:
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
         cmd += [f"--junitxml={report}", "-o", "junit_family=xunit2", *tests]
         started = time.monotonic()
-        try:
-            subprocess.run(cmd, cwd=REPO, env=pair.env(), timeout=SUITE_TIMEOUT, check=False)
-        except subprocess.TimeoutExpired:
+        if not finished(subprocess.Popen(cmd, cwd=REPO, env=pair.env())):
             return Outcome(error=f"over {SUITE_TIMEOUT:.0f} s")
         seconds = time.monotonic() - started
         if not report.exists():
@@ -128,6 +127,22 @@ def run(pair: Pair, tests: tuple[str, ...], lock: Path | None) -> Outcome:
         out = parse(report)
         out.seconds = seconds
         return out
+
+
+def finished(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether pytest ended within SUITE_TIMEOUT. Past it, SIGINT first: pytest then tears
+    its fixtures down, and with them the real nodes, their network and cgroups."""
+    try:
+        proc.wait(SUITE_TIMEOUT)
+        return True
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(TEARDOWN_GRACE)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    return False
 
 
 @contextlib.contextmanager
