@@ -77,9 +77,10 @@ def test_matrix_pairs() -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="API/KUBELET"):
         parse_pair("1.37.2")
     newest, oldest, usual = kv.available()[-1], kv.available()[0], kv.default_version()
+    reference = [] if usual in (newest, oldest) else [Pair(usual, usual)]
     assert default_pairs() == [
         Pair(newest, newest),
         Pair(newest, oldest),
         Pair(oldest, oldest),
-        Pair(usual, usual),
+        *reference,
     ]
