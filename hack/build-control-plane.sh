@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and etcd
+# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and etcd (the release
+# in hack/go/k8s, or NODEAGENT_K8S_VERSION / the first argument: hack/go/k8s-ldflags.sh)
 # from the Go module proxy into a cache keyed by version; a second run builds nothing.
 # Prints the directory holding the binaries on stdout.
 set -euo pipefail
@@ -17,7 +18,7 @@ if complete; then echo "$out"; exit 0; fi
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 mkdir -p "$out.tmp"
 echo "building Kubernetes $k8s_version and etcd $etcd_version into $out (cold: 10-30 min)" >&2
-(cd "$here/go/k8s" && go build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp/" \
+(cd "$k8s_dir" && go build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp/" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl) >&2
 (cd "$here/go/etcd" && go build -trimpath -ldflags "-s -w" -o "$out.tmp/etcd" go.etcd.io/etcd/server/v3) >&2

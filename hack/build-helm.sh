@@ -6,9 +6,10 @@
 set -euo pipefail
 helm_version=v3.22.0
 promop_version=v0.85.0
-k8s_minor=35 # the local control plane's minor version (hack/go/k8s/go.mod)
+# The local control plane's minor version (hack/go/k8s/go.mod): helm's default capabilities.
+k8s_minor=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$(dirname "$0")/go/k8s/go.mod" | cut -d. -f2)
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/nodeagent
-out="$cache/helm-$helm_version"
+out="$cache/helm-$helm_version-k8s-1.$k8s_minor"
 crds="$cache/prometheus-operator-crds-$promop_version"
 export GOTOOLCHAIN=local CGO_ENABLED=0
 

@@ -4,6 +4,9 @@
 # cached by version. Prints the binary's path.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# The node's release: NODEAGENT_KUBELET_VERSION, else the control plane's (a skewed pair runs
+# an older kubelet against a newer API server).
+NODEAGENT_K8S_VERSION=${NODEAGENT_KUBELET_VERSION:-${NODEAGENT_K8S_VERSION:-}}
 # shellcheck source=go/k8s-ldflags.sh
 . "$here/go/k8s-ldflags.sh"
 cache=${NODEAGENT_KUBE_PROXY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nodeagent/kube-proxy}
@@ -13,7 +16,7 @@ if [ -x "$out/kube-proxy" ]; then echo "$out/kube-proxy"; exit 0; fi
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 rm -rf "$out.tmp" && mkdir -p "$out.tmp"
 echo "building kube-proxy $k8s_version into $out (after the kubelet: 1-3 min)" >&2
-(cd "$here/go/k8s" && go build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp/kube-proxy" \
+(cd "$k8s_dir" && go build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp/kube-proxy" \
   k8s.io/kubernetes/cmd/kube-proxy) >&2
 rm -rf "$out" && mv "$out.tmp" "$out"
 echo "$out/kube-proxy"

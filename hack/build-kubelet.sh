@@ -5,6 +5,9 @@
 # it reuses the Go build cache for every package they share. Prints the binary's path.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# The node's release: NODEAGENT_KUBELET_VERSION, else the control plane's (a skewed pair runs
+# an older kubelet against a newer API server).
+NODEAGENT_K8S_VERSION=${NODEAGENT_KUBELET_VERSION:-${NODEAGENT_K8S_VERSION:-}}
 # shellcheck source=go/k8s-ldflags.sh
 . "$here/go/k8s-ldflags.sh"
 cache=${NODEAGENT_KUBELET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nodeagent/kubelet}
@@ -14,7 +17,7 @@ if [ -x "$out/kubelet" ]; then echo "$out/kubelet"; exit 0; fi
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 rm -rf "$out.tmp" && mkdir -p "$out.tmp"
 echo "building the kubelet $k8s_version into $out (after the control plane: 1-3 min)" >&2
-(cd "$here/go/k8s" && go build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp/kubelet" \
+(cd "$k8s_dir" && go build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp/kubelet" \
   k8s.io/kubernetes/cmd/kubelet) >&2
 rm -rf "$out" && mv "$out.tmp" "$out"
 echo "$out/kubelet"

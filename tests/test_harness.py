@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import pytest
 
+from hack.k8sversion import kubelet_version
 from hack.localcluster import Cluster, ClusterError
 from hack.localcluster.kubeapi import ApiError, Kube, KubeError, Reflector, wait_for
 from hack.localcluster.kubelet_sim import BOOT_ID, READY_DELAY, REJECT, TERMINATION_DELAY
@@ -187,7 +188,7 @@ def test_boot_id_follows_node_annotation(kube: Kube) -> None:
     path = f"/api/v1/nodes/{NODES[1]}"
     old = kube.get(path)
     assert old["status"]["nodeInfo"]["bootID"] == old["metadata"]["annotations"][BOOT_ID]
-    assert old["status"]["nodeInfo"]["kubeletVersion"] == "v1.35.4"
+    assert old["status"]["nodeInfo"]["kubeletVersion"] == kubelet_version()
     new_id = str(uuid.uuid4())
     kube.patch(path, {"metadata": {"annotations": {BOOT_ID: new_id}}})
     wait_for(lambda: kube.get(path)["status"]["nodeInfo"]["bootID"] == new_id, 10, "new boot id")

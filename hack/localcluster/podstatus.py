@@ -9,11 +9,12 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from hack.k8sversion import kubelet_version
+
 from .quantity import kubelet_units, parse_quantity
 
 JSON = dict[str, Any]
 
-KUBELET_VERSION = "v1.35.4"
 DEFAULT_CAPACITY = {"cpu": "32", "memory": "64Gi", "pods": "250", "ephemeral-storage": "100Gi"}
 MEMORY_OK = "kubelet has sufficient memory available"
 NODE_CONDITIONS = (
@@ -98,7 +99,7 @@ def _node_info(name: str, boot_id: str) -> JSON:
         "kernelVersion": "6.1.0-sim",
         "osImage": "nodeagent kubelet simulator",
         "containerRuntimeVersion": "sim://1.0.0",
-        "kubeletVersion": KUBELET_VERSION,
+        "kubeletVersion": kubelet_version(),
         "operatingSystem": "linux",
         "architecture": "amd64",
     }

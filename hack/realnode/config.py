@@ -82,7 +82,7 @@ def kubelet_config(name: str, slot: NodeSlot, opts: NodeOptions) -> str:
         "port": slot.port,
         "readOnlyPort": 0,
         "healthzPort": 0,
-        # The host is cgroup v1 (hybrid); 1.35 refuses v1 unless told.
+        # The host is cgroup v1 (hybrid); 1.35 and later refuse v1 unless told.
         "failCgroupV1": False,
         "cgroupDriver": opts.cgroup_driver,
         "cgroupRoot": kubelet_cgroup_root(name, opts),

@@ -23,7 +23,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .paths import CACHE, REPO
+from hack.k8sversion import kubelet_version
+
+from .paths import CACHE
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10.1"
 TEST_IMAGE = "nodeagent.local/busybox:1"
@@ -47,13 +49,8 @@ class ImageSpec:
 
 
 def pause_source() -> Path:
-    """pause.c of the pinned k8s.io/kubernetes, from the module cache the builds fill."""
-    gomod = REPO / "hack" / "go" / "k8s" / "go.mod"
-    version = next(
-        line.split()[2]
-        for line in gomod.read_text().splitlines()
-        if line.startswith("require k8s.io/kubernetes ")
-    )
+    """pause.c of the kubelet's k8s.io/kubernetes, from the module cache the builds fill."""
+    version = kubelet_version()
     modcache = _go_env("GOMODCACHE")
     src = Path(modcache) / f"k8s.io/kubernetes@{version}" / "build/pause/linux/pause.c"
     if not src.exists():
