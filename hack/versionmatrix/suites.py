@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hack import machinelock
 from hack.k8sversion import API_ENV, KUBELET_ENV
 
 REPO = Path(__file__).resolve().parents[2]
@@ -148,7 +149,7 @@ def finished(proc: subprocess.Popen[bytes]) -> bool:
 @contextlib.contextmanager
 def held(lock: Path | None) -> Iterator[None]:
     """The machine-wide lock of runs that must not share the CPUs, if one is named."""
-    if lock is None:
+    with machinelock.held(lock, LOCK_WAIT, SuiteError):
         yield
         return
     with lock.open("a") as f:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hack import kubeutil as ku
+from hack import machinelock
 from hack.localcluster.cluster import Cluster
 from hack.realnode import TEST_IMAGE
 from nodeagent.fence.marker import DRAIN_REASON
@@ -89,7 +90,7 @@ def journal_time(node: VmNode, unit: str, text: str) -> float:
 @contextlib.contextmanager
 def held(lock: Path | None) -> Iterator[None]:
     """The machine-wide lock of runs that must not share the CPUs, if one is named."""
-    if lock is None:
+    with machinelock.held(lock, int(LOCK_WAIT), SmokeFailed):
         yield
         return
     with lock.open("a") as f:
