@@ -9,7 +9,6 @@ the session's control plane, every test), not the time spent waiting for the loc
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import signal
 import subprocess
@@ -150,22 +149,6 @@ def finished(proc: subprocess.Popen[bytes]) -> bool:
 def held(lock: Path | None) -> Iterator[None]:
     """The machine-wide lock of runs that must not share the CPUs, if one is named."""
     with machinelock.held(lock, LOCK_WAIT, SuiteError):
-        yield
-        return
-    with lock.open("a") as f:
-
-        def expired(_signum: int, _frame: object) -> None:
-            raise SuiteError(f"{lock} still taken after {LOCK_WAIT} s")
-
-        # Blocking, so it queues with the others' flock(1) waiters; an alarm bounds the wait.
-        previous = signal.signal(signal.SIGALRM, expired)
-        signal.alarm(LOCK_WAIT)
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX)
-        finally:
-            signal.alarm(0)
-            signal.signal(signal.SIGALRM, previous)
-        print(f"  holding {lock}", file=sys.stderr, flush=True)
         yield
 
 

@@ -9,8 +9,6 @@ machine's CPUs: the VM is emulated (TCG) and its timings are the point.
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -91,21 +89,6 @@ def journal_time(node: VmNode, unit: str, text: str) -> float:
 def held(lock: Path | None) -> Iterator[None]:
     """The machine-wide lock of runs that must not share the CPUs, if one is named."""
     with machinelock.held(lock, int(LOCK_WAIT), SmokeFailed):
-        yield
-        return
-    with lock.open("a") as f:
-        # Blocking, so it queues with the others' flock(1) waiters; an alarm bounds the wait.
-        def expired(*_: object) -> None:
-            raise SmokeFailed(f"{lock} still taken after {LOCK_WAIT:.0f}s")
-
-        previous = signal.signal(signal.SIGALRM, expired)
-        signal.alarm(int(LOCK_WAIT))
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX)
-        finally:
-            signal.alarm(0)
-            signal.signal(signal.SIGALRM, previous)
-        print(f"  holding {lock}", flush=True)
         yield
 
 
