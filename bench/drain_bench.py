@@ -89,6 +89,7 @@ def prepare(cluster: Cluster, kube: Kube, scenario: Scenario) -> Loaded:
     if scenario.pdb_max_unavailable is not None:
         ku.pdb(kube, group, "app", {"app": "app"}, maxUnavailable=scenario.pdb_max_unavailable)
     ku.wait_running(kube, node, scenario.replicas + scenario.daemonsets, timeout=SETTLE_TIMEOUT)
+    ku.wait_deployment_ready(kube, group, "app", timeout=SETTLE_TIMEOUT)
     if scenario.pdb_max_unavailable is not None:
         ku.wait_pdb_ready(kube, group, "app")
     return Loaded(group, node, spare)

@@ -59,6 +59,7 @@ def scenario(name: str, drains: list[Drain], evicted: int, log: Path, out: Out) 
             f"{k.value} " + " ".join(f"{d.seconds:.2f}" for d in v) for k, v in runs.items()
         )
         out(f"  each drain (s): {each}")
+        _paired(runs, out)
     cpu = "; ".join(f"{k.value} " + " ".join(f"{d.cpu:.2f}" for d in v) for k, v in runs.items())
     out(f"  CPU of each drain's process (s): {cpu}")
     logged = audit.read(log)
@@ -66,6 +67,22 @@ def scenario(name: str, drains: list[Drain], evicted: int, log: Path, out: Out) 
     _phases([(_label(d, runs), d) for d in ordered], logged, out)
     _own_phases(runs, took, out)
     _cost(runs, audit.by_user(logged), evicted, out)
+
+
+def paired_overhead(runs: dict[Drainer, list[Drain]]) -> list[float]:
+    """nodeagent's time minus the floor's, round by round. Rounds interleave the drainers,
+    so each pair shared the machine's state of the moment: on shared cores the median of
+    these differences is steadier than the difference of the two medians."""
+    floors, agents = runs.get(Drainer.FLOOR, []), runs.get(Drainer.NODEAGENT, [])
+    return [a.seconds - f.seconds for f, a in zip(floors, agents, strict=False)]
+
+
+def _paired(runs: dict[Drainer, list[Drain]], out: Out) -> None:
+    diffs = paired_overhead(runs)
+    if len(diffs) < 2:
+        return
+    each = " ".join(f"{d:+.2f}" for d in diffs)
+    out(f"  overhead paired by round: median {statistics.median(diffs):+.2f}s (each: {each})")
 
 
 def _label(d: Drain, runs: dict[Drainer, list[Drain]]) -> str:

@@ -207,6 +207,23 @@ def wait_pdb_ready(kube: Kube, ns: str, name: str, timeout: float = 30) -> JSON:
     return dict(wait_until(check, timeout, f"PDB {ns}/{name} observed"))
 
 
+def wait_deployment_ready(kube: Kube, ns: str, name: str, timeout: float = 60) -> JSON:
+    """Until the Deployment's controllers have counted every replica Ready. Pods Ready on
+    their node are not enough: a ReplicaSet controller whose pod watch the API server cut
+    during the creation burst has not seen them, and it creates no replacement for an
+    evicted pod until its expectations expire (5 minutes)."""
+    path = f"/apis/apps/v1/namespaces/{ns}/deployments/{name}"
+
+    def check() -> JSON | None:
+        obj = kube.get(path)
+        status = obj.get("status") or {}
+        observed = status.get("observedGeneration") == obj["metadata"]["generation"]
+        wanted = obj["spec"]["replicas"]
+        return obj if observed and status.get("readyReplicas") == wanted else None
+
+    return dict(wait_until(check, timeout, f"Deployment {ns}/{name} ready"))
+
+
 def node(kube: Kube, name: str) -> JSON:
     return kube.get(node_path(name))
 
