@@ -372,6 +372,7 @@ class Drain:
                     break
             self._wait_gone(evictions, self._deadline)
             self._work.cancel()  # workers still retrying give up now
+        self._evictor.send_combined_events()
         if self._evictor.fatal:
             raise self._evictor.fatal
         return evictions

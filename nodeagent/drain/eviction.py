@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 
 from nodeagent.context import Context
 from nodeagent.drain import grants
+from nodeagent.drain.evictedevents import EvictedEvents
 from nodeagent.fence.reason import GOING_DOWN
 from nodeagent.kube import identity
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, Unreachable, pods_path
@@ -146,6 +147,7 @@ class Evictor:
         self.reason = reason
         self.gone = gone
         self.events = events
+        self.evicted_events = EvictedEvents(events)
         self.progress = progress
         # A node going down takes every pod with it by the deadline: grace is cut to fit.
         self.cut_grace = cut_grace or reason in GOING_DOWN
@@ -323,7 +325,14 @@ class Evictor:
             ev.outcome.grace_cut = (own, grace)
             message += f"; grace cut from {own}s to {grace}s, the time the node has left"
             self.progress(f"evicted {ev.outcome.ref} with its grace cut from {own}s to {grace}s")
-        self.pod_event(ev, "Evicted", message)
+            self.pod_event(ev, "Evicted", message)
+        else:
+            self.evicted_events.evicted(ev.pod, message)
+
+    def send_combined_events(self) -> None:
+        """The combined `Evicted` Event of each namespace with many plain evictions
+        (nodeagent/drain/evictedevents.py); once the drain's evictions are over."""
+        self.evicted_events.send_combined(f"Evicted by nodeagent ({self.reason})")
 
     def _after_conflict(self, ev: Eviction, sent: JSON) -> bool:
         """After a 409 for `sent`: once the watch shows the pod's next version, finish

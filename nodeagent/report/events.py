@@ -26,6 +26,7 @@ NORMAL = "Normal"
 WARNING = "Warning"
 MAX_PENDING = 256  # a drain of a full node is a few events per pod
 WORKERS = 4
+MESSAGE_LIMIT = 1024  # characters of a message sent; longer ones are cut
 
 
 @dataclass
@@ -48,7 +49,8 @@ class EventRecorder:
         ref = {"kind": "Node", "apiVersion": "v1", "name": meta["name"], "uid": meta["name"]}
         self._emit("default", ref, reason, message, kind)
 
-    def pod(self, pod: JSON, reason: str, message: str, kind: str = NORMAL) -> None:
+    def pod(self, pod: JSON, reason: str, message: str, kind: str = NORMAL, count: int = 1) -> None:
+        """An Event on `pod`; `count`: how many times it happened (a combined Event's)."""
         meta = pod["metadata"]
         ref = {
             "kind": "Pod",
@@ -57,7 +59,7 @@ class EventRecorder:
             "name": meta["name"],
             "uid": meta["uid"],
         }
-        self._emit(meta["namespace"], ref, reason, message, kind)
+        self._emit(meta["namespace"], ref, reason, message, kind, count)
 
     @property
     def pending(self) -> int:
@@ -70,7 +72,9 @@ class EventRecorder:
         with self._changed:
             self._changed.wait_for(lambda: not self._queue and not self._busy, timeout)
 
-    def _emit(self, namespace: str, ref: JSON, reason: str, message: str, kind: str) -> None:
+    def _emit(
+        self, namespace: str, ref: JSON, reason: str, message: str, kind: str, count: int = 1
+    ) -> None:
         if not self.enabled:
             return
         now = api_stamp()
@@ -83,14 +87,14 @@ class EventRecorder:
             },
             "involvedObject": ref,
             "reason": reason,
-            "message": message[:1024],
+            "message": message[:MESSAGE_LIMIT],
             "type": kind,
             "source": {"component": COMPONENT, "host": self.node_name},
             "reportingComponent": COMPONENT,
             "reportingInstance": self.node_name or socket.gethostname(),
             "firstTimestamp": now,
             "lastTimestamp": now,
-            "count": 1,
+            "count": count,
         }
         self._enqueue(namespace, event)
 
