@@ -349,32 +349,51 @@ class Drain:
             self.progress,
             cut_grace=self.opts.cut_grace,
         )
-        with ThreadPoolExecutor(
-            max_workers=max(1, self.opts.concurrency), thread_name_prefix="evict"
-        ) as pool:
-            deleted = self._delete_killing(pool, killing)
-            evictions += deleted
-            for tier in tiers:
-                critical = podfilter.is_critical(tier.pods[0])
-                tier_until = self._deadline if critical or not has_critical else reserve_until
-                if critical and self.opts.kubelet_kills:
-                    # The kubelet stops its critical group once the rest has stopped (or its
-                    # time is up): from then on these are being killed too. Never earlier: a
-                    # delete starts the kubelet's kill, and DNS and the CNI must outlive the
-                    # workloads.
-                    self._wait_gone(deleted, reserve_until)
-                    take_out = self._evictor.delete_for_kubelet_shutdown
-                    batch = self._run_tier(pool, tier, tier_until, take_out)
-                else:
-                    batch = self._run_tier(pool, tier, tier_until)
-                evictions += batch
-                if self._work.cancelled:
-                    break
-            self._wait_gone(evictions, self._deadline)
-            self._work.cancel()  # workers still retrying give up now
-        self._evictor.send_combined_events()
+        try:
+            with ThreadPoolExecutor(
+                max_workers=max(1, self.opts.concurrency), thread_name_prefix="evict"
+            ) as pool:
+                deleted = self._delete_killing(pool, killing)
+                evictions += deleted
+                evictions += self._run_tiers(pool, tiers, deleted, reserve_until, has_critical)
+                self._wait_gone(evictions, self._deadline)
+                self._work.cancel()  # workers still retrying give up now
+        finally:
+            # After the pool has waited for every worker: no eviction is left out.
+            self._evictor.send_combined_events()
         if self._evictor.fatal:
             raise self._evictor.fatal
+        return evictions
+
+    def _run_tiers(
+        self,
+        pool: ThreadPoolExecutor,
+        tiers: list[podfilter.Tier],
+        deleted: list[Eviction],
+        reserve_until: float,
+        has_critical: bool,
+    ) -> list[Eviction]:
+        """Each tier in turn, until the work is called off."""
+        assert self._evictor is not None
+        evictions: list[Eviction] = []
+        for tier in tiers:
+            critical = podfilter.is_critical(tier.pods[0])
+            tier_until = self._deadline if critical or not has_critical else reserve_until
+            if critical and self.opts.kubelet_kills:
+                # The kubelet stops its critical group once the rest has stopped (or its
+                # time is up): from then on these are being killed too. Never earlier: a
+                # delete starts the kubelet's kill, and DNS and the CNI must outlive the
+                # workloads.
+                self._wait_gone(deleted, reserve_until)
+                take_out = self._evictor.delete_for_kubelet_shutdown
+                evictions += self._run_tier(pool, tier, tier_until, take_out)
+            else:
+                evictions += self._run_tier(pool, tier, tier_until)
+            # The tier's pods are gone or its time is up: its combined Evicted Events go
+            # now rather than when the whole drain is over, maybe minutes later.
+            self._evictor.send_combined_events()
+            if self._work.cancelled:
+                break
         return evictions
 
     def _delete_killing(self, pool: ThreadPoolExecutor, pods: list[JSON]) -> list[Eviction]:

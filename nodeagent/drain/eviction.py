@@ -147,7 +147,8 @@ class Evictor:
         self.reason = reason
         self.gone = gone
         self.events = events
-        self.evicted_events = EvictedEvents(events)
+        self.evicted_events = EvictedEvents(events.pod if events else None)
+        self.said = f"Evicted by nodeagent ({reason})"  # the plain Evicted Event's words
         self.progress = progress
         # A node going down takes every pod with it by the deadline: grace is cut to fit.
         self.cut_grace = cut_grace or reason in GOING_DOWN
@@ -319,7 +320,7 @@ class Evictor:
     def _evicted(self, ev: Eviction, sent: JSON, grace: int | None) -> None:
         self._accepted(ev)
         metrics.EVICTIONS.labels("accepted").inc()
-        message = f"Evicted by nodeagent ({self.reason})"
+        message = self.said
         if grace is not None:
             own = int((sent.get("spec") or {}).get("terminationGracePeriodSeconds") or 0)
             ev.outcome.grace_cut = (own, grace)
@@ -331,8 +332,8 @@ class Evictor:
 
     def send_combined_events(self) -> None:
         """The combined `Evicted` Event of each namespace with many plain evictions
-        (nodeagent/drain/evictedevents.py); once the drain's evictions are over."""
-        self.evicted_events.send_combined(f"Evicted by nodeagent ({self.reason})")
+        since the last call (nodeagent/drain/evictedevents.py)."""
+        self.evicted_events.send_combined(self.said)
 
     def _after_conflict(self, ev: Eviction, sent: JSON) -> bool:
         """After a 409 for `sent`: once the watch shows the pod's next version, finish

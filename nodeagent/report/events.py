@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 COMPONENT = "nodeagent"
 NORMAL = "Normal"
 WARNING = "Warning"
-MAX_PENDING = 256  # a drain of a full node is a few events per pod
+MAX_PENDING = 256  # a full node's drain: a few per namespace, and each pod's own trouble
 WORKERS = 4
 MESSAGE_LIMIT = 1024  # characters of a message sent; longer ones are cut
 
@@ -59,7 +59,7 @@ class EventRecorder:
             "name": meta["name"],
             "uid": meta["uid"],
         }
-        self._emit(meta["namespace"], ref, reason, message, kind, count)
+        self._emit(meta["namespace"], ref, reason, message, kind)
 
     @property
     def pending(self) -> int:
@@ -72,9 +72,7 @@ class EventRecorder:
         with self._changed:
             self._changed.wait_for(lambda: not self._queue and not self._busy, timeout)
 
-    def _emit(
-        self, namespace: str, ref: JSON, reason: str, message: str, kind: str, count: int = 1
-    ) -> None:
+    def _emit(self, namespace: str, ref: JSON, reason: str, message: str, kind: str) -> None:
         if not self.enabled:
             return
         now = api_stamp()
@@ -94,7 +92,7 @@ class EventRecorder:
             "reportingInstance": self.node_name or socket.gethostname(),
             "firstTimestamp": now,
             "lastTimestamp": now,
-            "count": count,
+            "count": 1,
         }
         self._enqueue(namespace, event)
 
