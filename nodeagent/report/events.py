@@ -49,8 +49,7 @@ class EventRecorder:
         ref = {"kind": "Node", "apiVersion": "v1", "name": meta["name"], "uid": meta["name"]}
         self._emit("default", ref, reason, message, kind)
 
-    def pod(self, pod: JSON, reason: str, message: str, kind: str = NORMAL, count: int = 1) -> None:
-        """An Event on `pod`; `count`: how many times it happened (a combined Event's)."""
+    def pod(self, pod: JSON, reason: str, message: str, kind: str = NORMAL) -> None:
         meta = pod["metadata"]
         ref = {
             "kind": "Pod",
