@@ -194,15 +194,19 @@ def wait_running(kube: Kube, node: str, count: int, timeout: float = 60) -> list
     )
 
 
+def _observed(obj: JSON) -> bool:
+    """Its controller has seen the object's latest spec (its status says so)."""
+    status = obj.get("status") or {}
+    return bool(status.get("observedGeneration") == obj["metadata"]["generation"])
+
+
 def wait_pdb_ready(kube: Kube, ns: str, name: str, timeout: float = 30) -> JSON:
     """Until the disruption controller has observed the PDB (evictions get 429 before)."""
     path = f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/{name}"
 
     def check() -> JSON | None:
         obj = kube.get(path)
-        status = obj.get("status") or {}
-        observed = status.get("observedGeneration") == obj["metadata"]["generation"]
-        return obj if observed and status.get("expectedPods") else None
+        return obj if _observed(obj) and obj["status"].get("expectedPods") else None
 
     return dict(wait_until(check, timeout, f"PDB {ns}/{name} observed"))
 
@@ -216,10 +220,8 @@ def wait_deployment_ready(kube: Kube, ns: str, name: str, timeout: float = 60) -
 
     def check() -> JSON | None:
         obj = kube.get(path)
-        status = obj.get("status") or {}
-        observed = status.get("observedGeneration") == obj["metadata"]["generation"]
-        wanted = obj["spec"]["replicas"]
-        return obj if observed and status.get("readyReplicas") == wanted else None
+        ready = _observed(obj) and obj["status"].get("readyReplicas") == obj["spec"]["replicas"]
+        return obj if ready else None
 
     return dict(wait_until(check, timeout, f"Deployment {ns}/{name} ready"))
 

@@ -30,50 +30,48 @@ def pod(namespace: str, name: str) -> JSON:
 
 def test_each_namespace_has_its_own_first_events_and_its_own_combined_one() -> None:
     sent = Sent()
-    events = EvictedEvents(sent, per_namespace=10)
+    events = EvictedEvents(sent, SAID, per_namespace=10)
     for i in range(12):
-        events.evicted(pod("a", f"a{i}"), SAID)
-        events.evicted(pod("b", f"b{i}"), SAID)
+        events.evicted(pod("a", f"a{i}"))
+        events.evicted(pod("b", f"b{i}"))
     assert len(sent) == 20 and not sent.combined()
 
-    events.send_combined(SAID)
+    events.send_combined()
 
     combined = sorted(sent.combined())
     assert combined == [
         ("a/a11", REASON, f"{COMBINED}{SAID}; 2 more pods: a10, a11"),
         ("b/b11", REASON, f"{COMBINED}{SAID}; 2 more pods: b10, b11"),
     ]
-    events.send_combined(SAID)
+    events.send_combined()
     assert len(sent) == 22, "a second call sent the same pods again"
 
 
 def test_pods_evicted_after_a_combined_event_go_in_the_next() -> None:
     sent = Sent()
-    events = EvictedEvents(sent, per_namespace=1)
-    events.evicted(pod("a", "first"), SAID)
-    events.evicted(pod("a", "second"), SAID)
-    events.send_combined(SAID)
-    events.evicted(pod("a", "third"), SAID)
-    events.send_combined(SAID)
+    events = EvictedEvents(sent, SAID, per_namespace=1)
+    events.evicted(pod("a", "first"))
+    events.evicted(pod("a", "second"))
+    events.send_combined()
+    events.evicted(pod("a", "third"))
+    events.send_combined()
     assert [e[0] for e in sent] == ["a/first", "a/second", "a/third"]
     assert len(sent.combined()) == 2
 
 
 def test_from_many_threads_every_pod_is_told_exactly_once() -> None:
     sent = Sent()
-    events = EvictedEvents(sent, per_namespace=10)
+    events = EvictedEvents(sent, SAID, per_namespace=10)
     names = [f"p{i}" for i in range(96)]  # all named in one message
     threads = [
-        threading.Thread(
-            target=lambda ns=names[i::32]: [events.evicted(pod("a", n), SAID) for n in ns]
-        )
+        threading.Thread(target=lambda ns=names[i::32]: [events.evicted(pod("a", n)) for n in ns])
         for i in range(32)
     ]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    events.send_combined(SAID)
+    events.send_combined()
     (combined,) = sent.combined()
     alone = [e[0].split("/")[1] for e in sent if e not in sent.combined()]
     told = alone + combined[2].split(": ")[-1].split(", ")

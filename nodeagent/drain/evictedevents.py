@@ -62,16 +62,17 @@ class _Namespace:
 
 class EvictedEvents:
     """The plain `Evicted` Events of one drain (thread-safe: the evictions' pool calls it).
-    `send`: where Events go (None: nowhere)."""
+    `send`: where Events go (None: nowhere); `said`: the plain Event's message."""
 
-    def __init__(self, send: Send | None, per_namespace: int = PER_NAMESPACE) -> None:
+    def __init__(self, send: Send | None, said: str, per_namespace: int = PER_NAMESPACE) -> None:
         self.send = send
+        self.said = said
         self.per_namespace = per_namespace
         self._namespaces: defaultdict[str, _Namespace] = defaultdict(_Namespace)
         self._lock = threading.Lock()
 
-    def evicted(self, pod: JSON, said: str) -> None:
-        """`pod` was evicted, for the reason `said`: its own Event now, or a share of its
+    def evicted(self, pod: JSON) -> None:
+        """`pod` was evicted with its own grace: its own Event now, or a share of its
         namespace's combined one."""
         if self.send is None:
             return
@@ -83,9 +84,9 @@ class EvictedEvents:
             else:
                 namespace.held.append(pod)
         if alone:
-            self.send(pod, REASON, said)
+            self.send(pod, REASON, self.said)
 
-    def send_combined(self, said: str) -> None:
+    def send_combined(self) -> None:
         """One Event for each namespace's pods held since the last call (none twice)."""
         if self.send is None:
             return
@@ -95,4 +96,4 @@ class EvictedEvents:
                 ns.held = []
         for pods in batches:
             names = [p["metadata"]["name"] for p in pods]
-            self.send(pods[-1], REASON, combined_message(said, names))
+            self.send(pods[-1], REASON, combined_message(self.said, names))

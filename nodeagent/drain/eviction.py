@@ -147,8 +147,8 @@ class Evictor:
         self.reason = reason
         self.gone = gone
         self.events = events
-        self.evicted_events = EvictedEvents(events.pod if events else None)
         self.said = f"Evicted by nodeagent ({reason})"  # the plain Evicted Event's words
+        self.evicted_events = EvictedEvents(events.pod if events else None, self.said)
         self.progress = progress
         # A node going down takes every pod with it by the deadline: grace is cut to fit.
         self.cut_grace = cut_grace or reason in GOING_DOWN
@@ -328,12 +328,12 @@ class Evictor:
             self.progress(f"evicted {ev.outcome.ref} with its grace cut from {own}s to {grace}s")
             self.pod_event(ev, "Evicted", message)
         else:
-            self.evicted_events.evicted(ev.pod, message)
+            self.evicted_events.evicted(ev.pod)
 
     def send_combined_events(self) -> None:
         """The combined `Evicted` Event of each namespace with many plain evictions
         since the last call (nodeagent/drain/evictedevents.py)."""
-        self.evicted_events.send_combined(self.said)
+        self.evicted_events.send_combined()
 
     def _after_conflict(self, ev: Eviction, sent: JSON) -> bool:
         """After a 409 for `sent`: once the watch shows the pod's next version, finish
