@@ -332,10 +332,14 @@ def test_runtime_errors_are_one_line_with_a_cause(cluster: Any, admin_kubeconfig
 
 
 def test_shipped_examples_load_as_the_defaults(tmp_path: Path) -> None:
-    """The example config and the README's block are valid as written (they used to
-    show `node = ""`, which is now an error) and say what the defaults are."""
+    """The example config and the full block of docs/configuration.md are valid as written
+    (they used to show `node = ""`, which is now an error) and say what the defaults are;
+    every other TOML example in the README and docs/ loads as written."""
     root = Path(__file__).resolve().parent.parent
-    readme = (root / "README.md").read_text()
-    block = readme.split("```toml\n", 1)[1].split("```", 1)[0]
-    for path in (root / "packaging/etc/nodeagent/config.toml", ku.write(tmp_path / "r", block)):
+    docs = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    blocks = [b.split("```", 1)[0] for d in docs for b in d.read_text().split("```toml\n")[1:]]
+    full = (root / "docs/configuration.md").read_text().split("```toml\n", 1)[1].split("```", 1)[0]
+    for path in (root / "packaging/etc/nodeagent/config.toml", ku.write(tmp_path / "r", full)):
         assert load(str(path), {}) == Config(), path
+    for i, block in enumerate(blocks):
+        load(str(ku.write(tmp_path / f"b{i}", block)), {})  # a bad key or value raises
