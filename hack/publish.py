@@ -6,7 +6,7 @@ nodes pull their images (`helm install oci://...`, `kubectl apply -f`).
 pushes, in this order:
 - the image index of hack/build-image (linux/amd64 and linux/arm64) as HOST/PATH/nodeagent:V
   (`crane push` of the OCI layout);
-- the Helm chart as the OCI artifact HOST/PATH/nodeagent, version V (`helm push`), its
+- the Helm chart as the OCI artifact HOST/PATH/charts/nodeagent, version V (`helm push`), its
   default image that index pinned by digest, so `helm install` needs no image value;
 and writes DIR/nodeagent_V.yaml, one manifest for `kubectl apply -f` rendered from that same
 chart (hack/render-manifests), the image pinned by digest. The manifest is not pushed:
@@ -75,8 +75,9 @@ class Target:
 
     @property
     def chart(self) -> str:
-        """helm push's destination: the chart's name is appended by helm."""
-        return "oci://" + "/".join(p for p in (self.host, self.path) if p)
+        """helm push's destination, to which helm appends the chart's name: a path of its
+        own, the image's repository holding the same tag."""
+        return "oci://" + "/".join(p for p in (self.host, self.path, "charts") if p)
 
     @property
     def plain_http(self) -> bool:
@@ -174,7 +175,8 @@ def probe(target: Target) -> None:
 
 
 def run(cmd: list[str], what: str, timeout: float, show: bool = False) -> str:
-    """A step's command; its stdout. `show` passes its stderr (progress) through."""
+    """A step's command; its output (helm prints to stderr what crane prints to stdout).
+    `show` passes its stderr (progress) through instead."""
     try:
         done = subprocess.run(
             cmd,
@@ -189,7 +191,7 @@ def run(cmd: list[str], what: str, timeout: float, show: bool = False) -> str:
     if done.returncode != 0:
         last = (done.stderr or "").strip().splitlines()[-1:] or ["see its output above"]
         raise ReleaseError(f"{what} failed (exit {done.returncode}): {last[0]}")
-    return done.stdout
+    return done.stdout + (done.stderr or "")
 
 
 def log(message: str) -> None:
@@ -233,9 +235,10 @@ def push_image(target: Target, archive: Path, version: str, tag: str, work: Path
         "crane push",
         PUSH_TIMEOUT,
     )
-    digest = out.strip().rsplit("@", 1)[-1]
-    if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
-        raise ReleaseError(f"crane push printed no digest: {out.strip()!r}")
+    found = re.search(rf"^{re.escape(target.image)}@(sha256:[0-9a-f]{{64}})$", out, re.M)
+    if not found:
+        raise ReleaseError(f"crane push printed no digest: {out.strip()[-200:]!r}")
+    digest = found.group(1)
     log(f"pushed {target.image}:{tag}@{digest} ({sizes}) in {time.monotonic() - started:.1f}s")
     return digest
 
@@ -257,7 +260,7 @@ def push_chart(target: Target, version: str, digest: str, dist: Path, work: Path
     out = run([helm, "push", str(package), target.chart, *plain], "helm push", PUSH_TIMEOUT)
     found = re.search(r"^Digest: (sha256:[0-9a-f]{64})$", out, re.M)
     if not found:
-        raise ReleaseError(f"helm push printed no digest: {out.strip()!r}")
+        raise ReleaseError(f"helm push printed no digest: {out.strip()[-200:]!r}")
     log(f"pushed the chart {target.chart}/{NAME} {version} in {time.monotonic() - started:.1f}s")
     return found.group(1)
 

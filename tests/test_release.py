@@ -27,6 +27,7 @@ import tests.test_realnode as realnode
 from hack import kubeutil as ku
 from hack.agentproc import free_port
 from hack.chart import CHART, helm, kubectl, objects, privileged_namespace
+from hack.emulation import host_arch
 from hack.ociregistry import LoopbackRegistry, crane_binary
 from hack.realnode import NodeOptions, RealNode
 from hack.realnode import daemonset as ds
@@ -64,6 +65,10 @@ class Release:
     @property
     def selector(self) -> dict[str, str]:
         return {RELEASE_LABEL: self.token}
+
+    def served(self) -> str:
+        """The registry's log: one line per request it answered."""
+        return self.registry.log.read_text(errors="replace")
 
 
 def agent_values(selector: dict[str, str]) -> list[str]:
@@ -158,16 +163,29 @@ def agent_running(kube: Kube, ns: str, node: RealNode) -> JSON:
         raise
 
 
-def assert_pulled(node: RealNode, kube: Kube, ns: str, pod: JSON, released: Release) -> None:
+def platform_manifest(released: Release, arch: str) -> str:
+    """The digest of one architecture's manifest in the pushed index."""
+    done = subprocess.run(
+        [crane_binary(), "digest", "--platform", f"linux/{arch}", released.image],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    return done.stdout.strip()
+
+
+def assert_pulled(
+    node: RealNode, kube: Kube, ns: str, pod: JSON, released: Release, since: int
+) -> None:
     """The pod runs the released image, which the node's containerd pulled from the
-    registry: the registry served this architecture's manifest, the runtime records the
-    image by the pushed index's digest, and the kubelet says it pulled it."""
+    registry: after `since` (an offset in its log) the registry served the host's
+    architecture's manifest, the runtime records the image by the pushed index's digest,
+    and the kubelet says it pulled it."""
     (status,) = pod["status"]["containerStatuses"]
     assert status["imageID"] == released.by_digest, status
     assert released.by_digest in node_images(node)
-    served = released.registry.log.read_text(errors="replace")
-    assert f"GET /v2/{PATH}/nodeagent/manifests/sha256:" in served
-    assert f"GET /v2/{PATH}/nodeagent/blobs/sha256:" in served
+    served = released.served()[since:]
+    manifest = platform_manifest(released, host_arch())
+    assert f"GET /v2/{PATH}/nodeagent/manifests/{manifest}" in served, served
+    assert f"GET /v2/{PATH}/nodeagent/blobs/sha256:" in served, served
     events = kube.get(f"/api/v1/namespaces/{ns}/events")["items"]
     pulled = [e["message"] for e in events if e["reason"] == "Pulled"]
     assert any("Successfully pulled image" in m for m in pulled), pulled
@@ -182,6 +200,7 @@ def test_helm_install_from_the_registry(
     node = release_node(env, released, "helm")
     assert not [i for i in node_images(node) if released.registry.host in i]
     ns = privileged_namespace(kube, ku.unique("relhelm"))
+    since = len(released.served())
     sets = [arg for v in agent_values(released.selector) for arg in ("--set", v)]
     started = time.monotonic()
     kubeconfig = ["--kubeconfig", str(cluster.kubeconfig), "--namespace", ns]
@@ -191,7 +210,7 @@ def test_helm_install_from_the_registry(
     try:
         pod = agent_running(kube, ns, node)
         print(f"helm install to the agent Ready on {node.name}: {time.monotonic() - started:.1f}s")
-        assert_pulled(node, kube, ns, pod, released)
+        assert_pulled(node, kube, ns, pod, released, since)
         ku.wait_until(lambda: ds.agent_locks(node), 60, "the agent's logind delay lock")
     finally:
         helm("uninstall", ns, "--wait", "--timeout", "100s", *kubeconfig, check=False)
@@ -208,6 +227,7 @@ def test_kubectl_apply_of_the_release_manifest(
     assert container["image"] == released.image and "@sha256:" in container["image"]
     node = release_node(env, released, "apply")
     assert not [i for i in node_images(node) if released.registry.host in i]
+    since = len(released.served())
     started = time.monotonic()
     done = kubectl(cluster, "apply", "-f", str(released.manifest))
     assert done.returncode == 0, done.stderr
@@ -215,7 +235,7 @@ def test_kubectl_apply_of_the_release_manifest(
         ns = daemonset["metadata"]["namespace"]
         pod = agent_running(kube, ns, node)
         print(f"kubectl apply to the agent Ready on {node.name}: {time.monotonic() - started:.1f}s")
-        assert_pulled(node, kube, ns, pod, released)
+        assert_pulled(node, kube, ns, pod, released, since)
         ku.wait_until(lambda: ds.agent_locks(node), 60, "the agent's logind delay lock")
     finally:
         kubectl(cluster, "delete", "--ignore-not-found", "-f", str(released.manifest))

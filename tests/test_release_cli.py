@@ -74,7 +74,7 @@ def test_plain_http_only_on_loopback(host: str, loopback: bool) -> None:
 def test_names_of_what_is_pushed() -> None:
     target = Target("127.0.0.1:5000", "rel")
     assert target.image == "127.0.0.1:5000/rel/nodeagent"
-    assert target.chart == "oci://127.0.0.1:5000/rel"
+    assert target.chart == "oci://127.0.0.1:5000/rel/charts"
     assert Target("ghcr.io", "").image == "ghcr.io/nodeagent"
 
 
