@@ -284,6 +284,7 @@ def release(target: Target, version: str, dist: Path, sets: list[str]) -> Pushed
         digest = push_image(target, archive, package_version(), version, Path(tmp))
         chart_digest = push_chart(target, version, digest, dist, Path(tmp))
     manifest = write_manifest(dist / f"{NAME}-{version}.tgz", dist / f"{NAME}_{version}.yaml", sets)
+    run([str(ROOT / "hack" / "sha256sums"), str(dist)], "hack/sha256sums", 120)
     return Pushed(
         f"{target.image}:{version}@{digest}",
         f"{target.chart}/{NAME} --version {version}",
