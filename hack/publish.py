@@ -11,7 +11,8 @@ pushes, in this order:
 and writes DIR/nodeagent_V.yaml, one manifest for `kubectl apply -f` rendered from that same
 chart (hack/render-manifests), the image pinned by digest. The manifest is not pushed:
 `kubectl apply -f` reads a file or a URL, not an OCI artifact. `--set` values go into the
-manifest only (the chart's are given at `helm install`).
+manifest only (the chart's are given at `helm install`). V defaults to pyproject.toml's
+version; another V tags the same build (whose `nodeagent version` is still the package's).
 
 Loopback registries (127.0.0.0/8, localhost, ::1) are spoken to in plain HTTP, as containerd
 and crane do; any other over TLS, with the credentials of `crane auth login` and
@@ -300,10 +301,17 @@ class Parser(argparse.ArgumentParser):
 
 
 def parser() -> Parser:
-    p = Parser(prog="hack/release", description=__doc__.split("\n\n")[0])
-    p.add_argument("--registry", required=True, metavar="HOST/PATH")
+    p = Parser(
+        prog="hack/release",
+        description=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--registry", required=True, metavar="HOST/PATH", help="e.g. ghcr.io/you")
     p.add_argument("--version", metavar="V", help="default: pyproject.toml's version")
-    p.add_argument("--dist", type=Path, default=ROOT / "dist", metavar="DIR")
+    p.add_argument(
+        "--dist", type=Path, default=ROOT / "dist", metavar="DIR",
+        help="where the chart package and the manifest go (default: dist/)",
+    )  # fmt: skip
     p.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
         help="a chart value for the manifest, as helm's --set",

@@ -250,5 +250,6 @@ def test_an_install_naming_no_image_fails_at_once(cluster: Any, kube: Kube) -> N
     assert done.returncode == 1
     (line,) = done.stderr.splitlines()
     assert "image.repository is unset" in line, line
+    print(line)
     assert kube.get(f"/apis/apps/v1/namespaces/{ns}/daemonsets")["items"] == []
     assert helm("list", "--all", "-q", *kubeconfig).stdout.strip() == ""
