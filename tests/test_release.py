@@ -13,6 +13,7 @@ agent's values are the real-node DaemonSet tests' (hack/realnode/daemonset.py).
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Iterator
@@ -57,10 +58,17 @@ class Release:
     seconds: float
 
     @property
+    def repository(self) -> str:
+        return self.image.split("@")[0].rsplit(":", 1)[0]
+
+    @property
+    def digest(self) -> str:
+        return self.image.split("@")[1]
+
+    @property
     def by_digest(self) -> str:
         """repository@digest: what a runtime records for the image it pulled."""
-        name, digest = self.image.split("@")
-        return f"{name.rsplit(':', 1)[0]}@{digest}"
+        return f"{self.repository}@{self.digest}"
 
     @property
     def selector(self) -> dict[str, str]:
@@ -82,25 +90,34 @@ def summary(stdout: str) -> dict[str, str]:
     return dict(line.split(" ", 1) for line in stdout.strip().splitlines())
 
 
+def run_release(registry: LoopbackRegistry, dist: Path, *args: str) -> dict[str, str]:
+    """hack/release to the test's registry; its summary (it must succeed)."""
+    cmd = [str(ROOT / "hack" / "release"), "--registry", f"{registry.host}/{PATH}"]
+    done = subprocess.run(
+        [*cmd, "--dist", str(dist), *args],
+        capture_output=True, text=True, timeout=RELEASE_TIMEOUT, check=False,
+    )  # fmt: skip
+    print(done.stderr)
+    assert done.returncode == 0, done.stderr
+    return summary(done.stdout)
+
+
+def crane(*args: str) -> str:
+    done = subprocess.run(
+        [crane_binary(), *args], capture_output=True, text=True, timeout=60, check=True
+    )
+    return done.stdout
+
+
 @pytest.fixture(scope="module")
 def released(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
     work = tmp_path_factory.mktemp("release")
     token = ku.unique("rel")
     with LoopbackRegistry.start(work / "registry") as registry:
         sets = [arg for v in agent_values({RELEASE_LABEL: token}) for arg in ("--set", v)]
-        cmd = [str(ROOT / "hack" / "release"), "--registry", f"{registry.host}/{PATH}"]
         started = time.monotonic()
-        done = subprocess.run(
-            [*cmd, "--dist", str(work / "dist"), *sets],
-            capture_output=True,
-            text=True,
-            timeout=RELEASE_TIMEOUT,
-            check=False,
-        )
+        out = run_release(registry, work / "dist", *sets)
         took = time.monotonic() - started
-        print(done.stderr)
-        assert done.returncode == 0, done.stderr
-        out = summary(done.stdout)
         chart, version = out["chart"].split(" (")[0].split(" --version ")
         yield Release(registry, version, out["image"], chart, Path(out["manifest"]), token, took)
 
@@ -108,29 +125,35 @@ def released(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
 def test_the_release_is_in_the_registry(released: Release) -> None:
     """Both architectures under the version's tag, the chart beside them: read back with the
     registry clients (crane, helm), not from hack/release's own words."""
-    crane = crane_binary()
-    repo = released.image.split("@")[0]
-    index = subprocess.run(
-        [crane, "manifest", repo], capture_output=True, text=True, timeout=60, check=True
-    )
+    tagged = f"{released.repository}:{released.version}"
     platforms = sorted(
         f"{m['platform']['os']}/{m['platform']['architecture']}"
-        for m in yaml.safe_load(index.stdout)["manifests"]
+        for m in json.loads(crane("manifest", tagged))["manifests"]
     )
     assert platforms == ["linux/amd64", "linux/arm64"]
-    digest = subprocess.run(
-        [crane, "digest", repo], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert released.image.endswith("@" + digest.stdout.strip())
+    assert crane("digest", tagged).strip() == released.digest
     shown = helm("show", "chart", released.chart, "--version", released.version, "--plain-http")
     meta = yaml.safe_load(shown.stdout)
     assert meta["version"] == meta["appVersion"] == released.version
     values = yaml.safe_load(
         helm("show", "values", released.chart, "--version", released.version, "--plain-http").stdout
     )
-    name, digest_value = released.by_digest.split("@")
-    assert values["image"]["repository"] == name and values["image"]["digest"] == digest_value
+    assert values["image"]["repository"] == released.repository
+    assert values["image"]["digest"] == released.digest
     print(f"hack/release (image cached or built, both pushes) {released.seconds:.1f}s")
+
+
+def test_another_version_tags_the_same_build(released: Release, tmp_path: Path) -> None:
+    """--version V: the same image index under tag V (its digest unchanged), the chart at
+    version V, the manifest named for V."""
+    version = "0.1.1-rc.1"
+    out = run_release(released.registry, tmp_path, "--version", version)
+    assert out["image"] == f"{released.repository}:{version}@{released.digest}"
+    assert sorted(crane("ls", released.repository).split()) == [released.version, version]
+    shown = helm("show", "chart", released.chart, "--version", version, "--plain-http")
+    assert yaml.safe_load(shown.stdout)["appVersion"] == version
+    assert Path(out["manifest"]) == tmp_path / f"nodeagent_{version}.yaml"
+    assert f'image: "{out["image"]}"' in Path(out["manifest"]).read_text()
 
 
 def release_node(env: Any, released: Release, suffix: str) -> RealNode:
@@ -165,11 +188,7 @@ def agent_running(kube: Kube, ns: str, node: RealNode) -> JSON:
 
 def platform_manifest(released: Release, arch: str) -> str:
     """The digest of one architecture's manifest in the pushed index."""
-    done = subprocess.run(
-        [crane_binary(), "digest", "--platform", f"linux/{arch}", released.image],
-        capture_output=True, text=True, timeout=60, check=True,
-    )  # fmt: skip
-    return done.stdout.strip()
+    return crane("digest", "--platform", f"linux/{arch}", released.image).strip()
 
 
 def assert_pulled(
