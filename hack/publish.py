@@ -335,6 +335,11 @@ def main(argv: list[str] | None = None) -> int:
     except ReleaseError as exc:
         print(f"hack/release: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, Unreachable) else 1
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        # A tool that could not be built or run (helm, crane), a full disk: its first line.
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"hack/release: {first}", file=sys.stderr)
+        return 1
     print(f"image {pushed.image}")
     print(f"chart {pushed.chart} ({pushed.chart_digest})")
     print(f"manifest {pushed.manifest}")
