@@ -28,8 +28,13 @@ def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     )
 
 
+# hack/build-image's image: the chart names no image by default, the harness's renderings
+# name this one unless their values name another.
+LOCAL_IMAGE = "localhost/nodeagent"
+
+
 def render(release: str, namespace: str, values: list[str]) -> str:
-    sets = [arg for v in values for arg in ("--set", v)]
+    sets = [arg for v in [f"image.repository={LOCAL_IMAGE}", *values] for arg in ("--set", v)]
     return helm("template", release, str(CHART), "--namespace", namespace, *sets).stdout
 
 

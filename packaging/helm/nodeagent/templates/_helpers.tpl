@@ -27,8 +27,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- end -}}
 
+{{/* repository:tag, or repository:tag@digest (a runtime pulls the digest). No default
+repository: one no node can pull would fail on every node as ImagePullBackOff, this fails the
+install. */}}
 {{- define "nodeagent.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- $repo := required "image.repository is unset: set it to the registry path your nodes pull nodeagent from (--set image.repository=REGISTRY/nodeagent), or install the chart hack/release pushed" .Values.image.repository -}}
+{{- $ref := printf "%s:%s" $repo (default .Chart.AppVersion .Values.image.tag) -}}
+{{- if .Values.image.digest }}{{ $ref = printf "%s@%s" $ref .Values.image.digest }}{{ end -}}
+{{- $ref -}}
 {{- end -}}
 
 {{/* config.toml: the user's config with the metrics address set from metrics.port. */}}
