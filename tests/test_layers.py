@@ -9,10 +9,21 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "nodeagent"
 
 # Engines and plain pieces: they act when called and decide nothing about the node's owner.
-ENGINES = {"objects", "kube", "fence", "drain", "report", "host", "cloud", "context", "config"}
+ENGINES = {
+    "types",
+    "objects",
+    "kube",
+    "fence",
+    "drain",
+    "report",
+    "host",
+    "cloud",
+    "context",
+    "config",
+}
 # Their order (docs/architecture.md): a part imports only parts before it, or SHARED.
 ORDER = [
-    {"objects"},
+    {"types", "objects"},
     {"context", "config"},
     {"kube"},
     {"fence"},
@@ -24,7 +35,7 @@ ORDER = [
 # Every layer may use these: the vocabulary, and the reporting sinks (counters, Events,
 # conditions as data). None of them imports a part after kube.
 SHARED = {
-    "nodeagent.fence.reason",
+    "nodeagent.types",
     "nodeagent.report.metrics",
     "nodeagent.report.httpd",  # the metrics' server: imports nothing of the package
     "nodeagent.report.events",

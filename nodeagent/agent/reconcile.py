@@ -18,8 +18,7 @@ from nodeagent.config import Config
 from nodeagent.context import Context
 from nodeagent.departure.worker import Departure
 from nodeagent.fence import marker
-from nodeagent.fence.decision import Step, evacuation_asked
-from nodeagent.fence.reason import marker_reason
+from nodeagent.fence.decision import evacuation_asked
 from nodeagent.kube.client import JSON, Kube, KubeError, api_time, node_path
 from nodeagent.kube.watch import Reflector
 from nodeagent.objects import condition
@@ -27,6 +26,7 @@ from nodeagent.objects import is_ready as ready
 from nodeagent.report import conditions, metrics
 from nodeagent.report.conditions import ConditionWriter
 from nodeagent.report.events import WARNING, EventRecorder
+from nodeagent.types import Step, marker_reason
 
 log = logging.getLogger(__name__)
 

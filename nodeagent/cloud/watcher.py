@@ -20,9 +20,9 @@ from nodeagent.cloud import detect
 from nodeagent.cloud.http import Error, MetadataError
 from nodeagent.config import WarningsConfig
 from nodeagent.context import Context
-from nodeagent.fence.reason import Cloud
-from nodeagent.fence.warning import Notice, implausible
+from nodeagent.fence.warning import implausible
 from nodeagent.report import metrics
+from nodeagent.types import Cloud, Notice
 
 log = logging.getLogger(__name__)
 

@@ -19,17 +19,17 @@ from typing import TYPE_CHECKING
 from nodeagent.config import Config
 from nodeagent.context import Context
 from nodeagent.drain import detach
-from nodeagent.drain.engine import Drain, DrainOptions, DrainOutcome, DrainResult
+from nodeagent.drain.engine import Drain, DrainOptions, DrainResult
 from nodeagent.drain.phases import Phase
 from nodeagent.fence import marker
-from nodeagent.fence.decision import Decision, Step
-from nodeagent.fence.reason import Reason
+from nodeagent.fence.decision import Decision
 from nodeagent.fence.warning import marker_notes
 from nodeagent.kube.client import JSON, Kube, KubeError
 from nodeagent.kube.watch import Reflector
 from nodeagent.report import conditions, metrics
 from nodeagent.report.conditions import ConditionWriter
 from nodeagent.report.events import WARNING, EventRecorder
+from nodeagent.types import DrainOutcome, Reason, Step
 
 if TYPE_CHECKING:
     # Only the daemon hands a budget in; `nodeagent drain` keeps logind's modules unloaded.

@@ -19,7 +19,6 @@ from typing import Any
 from nodeagent.context import Context
 from nodeagent.departure import budget
 from nodeagent.departure.budget import Budget
-from nodeagent.fence.reason import Reason
 from nodeagent.host.kubeletshutdown import (
     KubeletShutdownReport,
     check_outvoted,
@@ -32,6 +31,7 @@ from nodeagent.kube.client import KubeError
 from nodeagent.report import metrics
 from nodeagent.report.conditions import ReadyReason
 from nodeagent.report.readiness import Readiness
+from nodeagent.types import Reason
 
 log = logging.getLogger(__name__)
 

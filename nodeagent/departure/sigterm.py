@@ -16,10 +16,10 @@ from collections.abc import Callable
 from nodeagent.config import Config
 from nodeagent.departure import budget
 from nodeagent.departure.worker import Departure, Signal
-from nodeagent.fence.reason import Reason
 from nodeagent.report import metrics
 from nodeagent.report.conditions import ConditionWriter, ReadyReason
 from nodeagent.report.readiness import Readiness
+from nodeagent.types import Reason
 
 log = logging.getLogger(__name__)
 

@@ -28,31 +28,22 @@ from nodeagent.context import Context
 from nodeagent.departure import budget as budgets
 from nodeagent.departure.budget import Budget
 from nodeagent.departure.executor import NODE_CHANGED_RETRIES, FenceExecutor
-from nodeagent.drain.engine import DrainOutcome, DrainResult
+from nodeagent.drain.engine import DrainResult
 from nodeagent.fence import marker
-from nodeagent.fence.decision import (
-    Decision,
-    Observed,
-    Occasion,
-    Step,
-    decide,
-    evacuation_asked,
-)
-from nodeagent.fence.reason import Policy, Reason
-from nodeagent.fence.warning import Due, Notice, Warned, due, is_departed, stamp, window
+from nodeagent.fence.decision import Decision, Observed, decide, evacuation_asked
+from nodeagent.fence.warning import Due, Warned, due, is_departed, window
 from nodeagent.kube.client import JSON, Kube, KubeError
 from nodeagent.kube.watch import Reflector
 from nodeagent.report import metrics
 from nodeagent.report.conditions import ConditionWriter
 from nodeagent.report.events import WARNING, EventRecorder
+from nodeagent.types import FINISHED, Notice, Occasion, Policy, Reason, Step, stamp
 
 log = logging.getLogger(__name__)
 
 RETRY_BLOCKED = 30.0  # seconds between drains of a node whose evacuation hit its deadline
 CANCEL_BUDGET = 60.0  # undoing the fence after a cancel (nothing is going down then)
 IDLE_WAKE = 5.0  # the worker beats at least this often while idle
-
-FINISHED_OUTCOMES = (DrainOutcome.DRAINED, DrainOutcome.FORCED)
 
 Redecide = Callable[[JSON], Decision]  # the decision again, on the Node read anew
 
@@ -388,7 +379,7 @@ class Departure:
             return
         if result.blocked:  # the deadline passed, or pods are held or stuck
             self._retry_at = time.monotonic() + RETRY_BLOCKED
-        elif decision.warning is not None and result.outcome in FINISHED_OUTCOMES:
+        elif decision.warning is not None and result.outcome in FINISHED:
             self._drained_for(decision.warning)
 
     def _while_up_budget(self, decision: Decision) -> Budget:

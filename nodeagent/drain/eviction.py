@@ -26,12 +26,12 @@ from datetime import UTC, datetime
 from nodeagent.context import Context
 from nodeagent.drain import grants
 from nodeagent.drain.evictedevents import EvictedEvents
-from nodeagent.fence.reason import GOING_DOWN
 from nodeagent.kube import identity
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, Unreachable, pods_path
 from nodeagent.kube.watch import Reflector
 from nodeagent.report import metrics
 from nodeagent.report.events import WARNING, EventRecorder
+from nodeagent.types import GOING_DOWN
 
 log = logging.getLogger(__name__)
 

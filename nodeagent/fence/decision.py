@@ -22,42 +22,26 @@ The precedence, highest first:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import Enum
 
 from nodeagent.config import EvacuateConfig
 from nodeagent.fence import marker
 from nodeagent.fence.marker import NodeFence
-from nodeagent.fence.reason import (
-    GOING_DOWN,
-    SHUTDOWN_REASONS,
-    EvacuatePolicy,
-    Policy,
-    Reason,
-    marker_reason,
-)
-from nodeagent.fence.warning import Notice, Warned, is_departed
+from nodeagent.fence.warning import Warned, is_departed
 from nodeagent.kube.client import JSON
 from nodeagent.report import conditions
 from nodeagent.report.conditions import Condition
-
-FINISHED = ("drained", "forced")  # drain results after which a node needs no new drain
-
-
-class Occasion(Enum):
-    """What prompted the decision."""
-
-    SHUTDOWN = "shutdown"  # logind's PrepareForShutdown(true), or SIGTERM
-    CANCELLED = "cancelled"  # PrepareForShutdown(false)
-    SETTLED = "settled"  # after start: the node is Ready (and settled) again
-    NODE = "node"  # the Node changed, or a retry came due
-
-
-class Step(Enum):
-    NOTHING = "nothing"
-    CORDON = "cordon"
-    DRAIN = "drain"
-    UNCORDON = "uncordon"
-    FORGET = "forget"  # clear the Node's note of a departed warning the endpoint dropped
+from nodeagent.types import (
+    FINISHED,
+    GOING_DOWN,
+    SHUTDOWN_REASONS,
+    EvacuatePolicy,
+    Notice,
+    Occasion,
+    Policy,
+    Reason,
+    Step,
+    marker_reason,
+)
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from nodeagent.fence.reason import DEPARTING
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, api_stamp, node_path
+from nodeagent.types import DEPARTING
 
 PREFIX = "nodeagent.io/"
 CORDONED_BY = PREFIX + "cordoned-by"

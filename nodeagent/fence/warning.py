@@ -1,13 +1,13 @@
 """A cloud's early warning as the fence reads it, and which one acts now: pure, no I/O.
 
 The readers in nodeagent/cloud/ turn what the node's metadata endpoint says into
-`Notice`s; `due` picks the one that acts at a given time under the ``[warnings]`` policies
-(the strongest policy, then the soonest deadline). A scheduled event acts only from its
-start less the configured lead, so a node told days ahead keeps serving until then; a
-rebalance recommendation, which never ends by itself, acts only for its configured
-lifetime, so no node stays cordoned for a warning that did not come true. A notice gone
-from the endpoint (canceled, completed, or over) is simply absent: the decision then undoes
-what the warning did (nodeagent/fence/decision.py).
+`Notice`s (nodeagent/types.py); `due` picks the one that acts at a given time under the
+``[warnings]`` policies (the strongest policy, then the soonest deadline). A scheduled
+event acts only from its start less the configured lead, so a node told days ahead keeps
+serving until then; a rebalance recommendation, which never ends by itself, acts only for
+its configured lifetime, so no node stays cordoned for a warning that did not come true.
+A notice gone from the endpoint (canceled, completed, or over) is simply absent: the
+decision then undoes what the warning did (nodeagent/fence/decision.py).
 
 Times here are wall-clock epoch seconds: the cloud states them that way.
 """
@@ -15,13 +15,12 @@ Times here are wall-clock epoch seconds: the cloud states them that way.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from nodeagent.config import WarningsConfig
 from nodeagent.fence import marker
-from nodeagent.fence.reason import DEPARTING, Cloud, Policy, WarningKind
+from nodeagent.types import DEPARTING, Notice, Policy, WarningKind, stamp
 
 # The strongest policy acts when two warnings are due at once.
 _STRENGTH = {Policy.NONE: 0, Policy.CORDON: 1, Policy.DRAIN: 2}
@@ -35,25 +34,6 @@ FUTURE_LIMIT = {  # its deadline this far ahead (a scheduled event may be weeks 
     WarningKind.MAINTENANCE: 60 * 86400.0,
     WarningKind.REBALANCE: 86400.0,
 }
-
-
-@dataclass(frozen=True)
-class Notice:
-    """One warning the endpoint shows now."""
-
-    cloud: Cloud
-    kind: WarningKind
-    event_id: str  # the cloud's ID, or one derived from the notice (stable across polls)
-    what: str  # the cloud's own words: "spot terminate", "system-reboot", "Preempt"
-    deadline: float | None  # when the cloud acts (epoch seconds); None: not said
-    since: float  # when the notice was issued, or first seen (epoch seconds)
-    # Azure: the event names this VM alone, so approving it starts nothing for another VM.
-    approvable: bool = False
-
-    def describe(self) -> str:
-        """For the condition, Events and the log: what, which event, by when."""
-        at = f", at {stamp(self.deadline)}" if self.deadline is not None else ""
-        return f"{self.cloud} {self.kind} warning ({self.what}, event {self.event_id}{at})"
 
 
 def marker_notes(notice: Notice) -> dict[str, str]:
@@ -88,10 +68,6 @@ class Due:
     warned: Warned | None
     later: tuple[Notice, ...] = ()
     next_change: float = math.inf
-
-
-def stamp(epoch: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
 def window(notice: Notice, cfg: WarningsConfig) -> tuple[float, float]:
