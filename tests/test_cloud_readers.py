@@ -28,11 +28,11 @@ from hack.cloudfakes import (
     Reply,
 )
 from hack.kubeutil import wait_until
+from nodeagent import metrics
 from nodeagent.cloud import aws, gcp
 from nodeagent.cloud.watcher import WarningWatcher
 from nodeagent.config import WarningsConfig
 from nodeagent.context import Context
-from nodeagent.report import metrics
 from nodeagent.types import Cloud, Notice, WarningKind
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from hack import kubeutil as ku
 from hack.agentproc import AgentProcess
+from nodeagent import metrics
 from nodeagent.departure.executor import cordon_then_drain, outcome_condition
 from nodeagent.drain import podfilter
 from nodeagent.drain.engine import (
@@ -35,7 +36,7 @@ from nodeagent.drain.summary import render
 from nodeagent.fence.marker import CORDONED_BY, NodeChanged
 from nodeagent.kube.client import JSON, Kube, api_stamp, node_path, pods_path
 from nodeagent.kube.watch import node_pods
-from nodeagent.report import conditions, metrics
+from nodeagent.report import conditions
 from nodeagent.report.events import EventRecorder
 from nodeagent.types import FinishedPods
 from tests.tcpproxy import Proxy

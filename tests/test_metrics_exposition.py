@@ -13,8 +13,8 @@ import prometheus_client
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from nodeagent.report import metrics
-from nodeagent.report.metrics import Kind, Metric, Registry, go_float
+from nodeagent import metrics
+from nodeagent.metrics import Kind, Metric, Registry, go_float
 
 Update = tuple[str, tuple[str, ...], str, float]  # metric, label values, method, argument
 

@@ -28,7 +28,7 @@ def run_daemon(params: dict[str, Any]) -> None:
     from nodeagent.host.preload import preload
 
     preload(cfg)  # a package upgrade must not give this process a mix of versions
-    from nodeagent.report import metrics
+    from nodeagent import metrics
 
     metrics.enable()  # before anything counts
     from nodeagent.agent.daemon import Agent

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 
+from nodeagent import metrics
 from nodeagent.agent.mirror import NodeMirror
 from nodeagent.config import Config
 from nodeagent.context import Context
@@ -23,7 +24,7 @@ from nodeagent.kube.client import JSON, Kube, KubeError, api_time, node_path
 from nodeagent.kube.watch import Reflector
 from nodeagent.objects import condition
 from nodeagent.objects import is_ready as ready
-from nodeagent.report import conditions, metrics
+from nodeagent.report import conditions
 from nodeagent.report.conditions import ConditionWriter
 from nodeagent.report.events import WARNING, EventRecorder
 from nodeagent.types import Step, marker_reason

@@ -22,8 +22,8 @@ import json
 import logging
 from typing import Any
 
+from nodeagent import metrics
 from nodeagent.cloud.http import Error, MetadataError, request, unexpected
-from nodeagent.report import metrics
 from nodeagent.types import Cloud, Notice, WarningKind
 
 log = logging.getLogger(__name__)

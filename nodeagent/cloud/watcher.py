@@ -16,12 +16,12 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from nodeagent import metrics
 from nodeagent.cloud import detect
 from nodeagent.cloud.http import Error, MetadataError
 from nodeagent.config import WarningsConfig
 from nodeagent.context import Context
 from nodeagent.fence.warning import implausible
-from nodeagent.report import metrics
 from nodeagent.types import Cloud, Notice
 
 log = logging.getLogger(__name__)

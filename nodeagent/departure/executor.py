@@ -16,6 +16,7 @@ from collections.abc import Callable, Collection, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from nodeagent import metrics
 from nodeagent.config import Config
 from nodeagent.context import Context
 from nodeagent.drain import detach
@@ -26,7 +27,7 @@ from nodeagent.fence.decision import Decision
 from nodeagent.fence.warning import marker_notes
 from nodeagent.kube.client import JSON, Kube, KubeError
 from nodeagent.kube.watch import Reflector
-from nodeagent.report import conditions, metrics
+from nodeagent.report import conditions
 from nodeagent.report.conditions import ConditionWriter
 from nodeagent.report.events import WARNING, EventRecorder
 from nodeagent.types import DrainOutcome, Reason, Step

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from nodeagent import metrics
 from nodeagent.context import Context
 from nodeagent.departure import budget
 from nodeagent.departure.budget import Budget
@@ -28,7 +29,6 @@ from nodeagent.host.kubeletshutdown import message as message_for_kubelet
 from nodeagent.host.kubeletshutdown import next_check as kubelet_check_after
 from nodeagent.host.logindconf import LOGIND_MARGIN
 from nodeagent.kube.client import KubeError
-from nodeagent.report import metrics
 from nodeagent.report.conditions import ReadyReason
 from nodeagent.report.readiness import Readiness
 from nodeagent.types import Reason

@@ -13,10 +13,10 @@ import logging
 import time
 from collections.abc import Callable
 
+from nodeagent import metrics
 from nodeagent.config import Config
 from nodeagent.departure import budget
 from nodeagent.departure.worker import Departure, Signal
-from nodeagent.report import metrics
 from nodeagent.report.conditions import ConditionWriter, ReadyReason
 from nodeagent.report.readiness import Readiness
 from nodeagent.types import Reason

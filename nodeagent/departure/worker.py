@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from nodeagent import metrics
 from nodeagent.config import Config
 from nodeagent.context import Context
 from nodeagent.departure import budget as budgets
@@ -34,7 +35,6 @@ from nodeagent.fence.decision import Decision, Observed, decide, evacuation_aske
 from nodeagent.fence.warning import Due, Warned, due, is_departed, window
 from nodeagent.kube.client import JSON, Kube, KubeError
 from nodeagent.kube.watch import Reflector
-from nodeagent.report import metrics
 from nodeagent.report.conditions import ConditionWriter
 from nodeagent.report.events import WARNING, EventRecorder
 from nodeagent.types import FINISHED, Notice, Occasion, Policy, Reason, Step, stamp

@@ -27,6 +27,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from enum import Enum
 
+from nodeagent import metrics
 from nodeagent.context import Context
 from nodeagent.drain import podfilter
 from nodeagent.drain.detach import DetachResult
@@ -35,7 +36,6 @@ from nodeagent.drain.eviction import PodOutcome as PodOutcome
 from nodeagent.drain.phases import Phase, Phases
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, api_time, pods_path
 from nodeagent.kube.watch import Reflector, node_pods
-from nodeagent.report import metrics
 from nodeagent.report.events import WARNING, EventRecorder
 from nodeagent.types import DrainOutcome, ExitCode, FinishedPods
 

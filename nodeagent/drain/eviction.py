@@ -23,13 +23,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from nodeagent import metrics
 from nodeagent.context import Context
 from nodeagent.drain import grants
 from nodeagent.drain.evictedevents import EvictedEvents
 from nodeagent.kube import identity
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, Unreachable, pods_path
 from nodeagent.kube.watch import Reflector
-from nodeagent.report import metrics
 from nodeagent.report.events import WARNING, EventRecorder
 from nodeagent.types import GOING_DOWN
 
