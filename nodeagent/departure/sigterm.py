@@ -16,7 +16,8 @@ from collections.abc import Callable
 from nodeagent import metrics
 from nodeagent.config import Config
 from nodeagent.departure import budget
-from nodeagent.departure.worker import Departure, Signal
+from nodeagent.departure.signal import Signal
+from nodeagent.departure.worker import Departure
 from nodeagent.report.conditions import ConditionWriter, ReadyReason
 from nodeagent.report.readiness import Readiness
 from nodeagent.types import Reason

@@ -62,12 +62,33 @@ class Warned:
 
 @dataclass(frozen=True)
 class Due:
-    """What `due` found: the warning that acts now (if any), those that act later, and
-    when the answer next changes by time alone (math.inf: not by time)."""
+    """What `due` found: the warnings that act now (strongest policy first, then the
+    soonest deadline), those that act later, and when the answer next changes by time
+    alone (math.inf: not by time)."""
 
-    warned: Warned | None
+    acting: tuple[Warned, ...] = ()
     later: tuple[Notice, ...] = ()
     next_change: float = math.inf
+
+    @property
+    def warned(self) -> Warned | None:
+        """The warning that acts now, if any (whether it departed is the decision's)."""
+        return self.acting[0] if self.acting else None
+
+
+@dataclass(frozen=True)
+class Heard:
+    """The cloud's warnings as the departure last heard them, handed into one decision
+    (nodeagent/departure/warnings.py keeps them; the decision reads only this)."""
+
+    known: bool = False  # the endpoint was read (a warning's fence is not undone before)
+    ids: frozenset[str] = frozenset()  # the event IDs the endpoint lists
+    acting: tuple[Warned, ...] = ()  # as Due.acting
+
+    @property
+    def drains(self) -> bool:
+        """The warning acting now asks for a drain."""
+        return bool(self.acting) and self.acting[0].policy is Policy.DRAIN
 
 
 def window(notice: Notice, cfg: WarningsConfig) -> tuple[float, float]:
@@ -82,7 +103,7 @@ def window(notice: Notice, cfg: WarningsConfig) -> tuple[float, float]:
 
 
 def due(notices: Iterable[Notice], cfg: WarningsConfig, now: float) -> Due:
-    """The warning acting at `now`: the strongest policy, then the soonest deadline."""
+    """The warnings acting at `now`: the strongest policy, then the soonest deadline."""
     acting: list[Warned] = []
     later: list[Notice] = []
     next_change = math.inf
@@ -94,10 +115,9 @@ def due(notices: Iterable[Notice], cfg: WarningsConfig, now: float) -> Due:
         elif now < end:
             acting.append(Warned(notice, cfg.policy(notice.kind)))
             next_change = min(next_change, end)
-    if not acting:
-        return Due(None, tuple(later), next_change)
-    first = max(acting, key=lambda w: (_STRENGTH[w.policy], -_deadline(w.notice)))
-    return Due(first, tuple(later), next_change)
+    # Stable: of two alike, the one the endpoint listed first.
+    acting.sort(key=lambda w: (-_STRENGTH[w.policy], _deadline(w.notice)))
+    return Due(tuple(acting), tuple(later), next_change)
 
 
 def _deadline(notice: Notice) -> float:
