@@ -119,6 +119,50 @@ def test_the_graph_is_seen() -> None:
     assert ("nodeagent.drain.engine", "nodeagent.drain.eviction") in module_imports()
 
 
+# -- one writer of the fence ----------------------------------------------------------------
+
+# fence/marker.py's writes: the cordon, the uncordon and every record on the Node.
+MARKER_WRITES = {
+    "cordon",
+    "uncordon",
+    "record_drain",
+    "record_result",
+    "record_boot",
+    "forget_departed",
+}
+# The daemon's one writer (docs/architecture.md, "Who owns the node's fence"), and the CLI's
+# `nodeagent uncordon`, a person's own command in a process of its own.
+FENCE_WRITERS = {"nodeagent/departure/executor.py", "nodeagent/cli.py"}
+
+
+def marker_writes(path: Path) -> set[str]:
+    """The marker's writes a file calls or imports (marker.cordon(...), from ... import),
+    and "patch" for a patch of the Node object itself (its status is the conditions')."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            first = node.args[0] if node.args else None
+            on_node = isinstance(first, ast.Call) and getattr(first.func, "id", "") == "node_path"
+            if node.func.attr.endswith("patch") and on_node:
+                found.add("patch")
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id == "marker" and node.attr in MARKER_WRITES:
+                found.add(node.attr)
+        elif isinstance(node, ast.ImportFrom) and node.module == "nodeagent.fence.marker":
+            found.update(a.name for a in node.names if a.name in MARKER_WRITES)
+    return found
+
+
+def test_only_the_executor_writes_the_fence() -> None:
+    writers = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = str(path.relative_to(PACKAGE.parent))
+        if rel != "nodeagent/fence/marker.py" and marker_writes(path):
+            writers[rel] = marker_writes(path)
+    assert "record_boot" in writers["nodeagent/departure/executor.py"]  # the walk sees them
+    assert set(writers) <= FENCE_WRITERS, writers
+
+
 # -- inside nodeagent.kube ------------------------------------------------------------------
 
 KUBE = PACKAGE / "kube"

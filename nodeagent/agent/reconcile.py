@@ -20,7 +20,7 @@ from nodeagent.context import Context
 from nodeagent.departure.worker import Departure
 from nodeagent.fence import marker
 from nodeagent.fence.decision import evacuation_asked
-from nodeagent.kube.client import JSON, Kube, KubeError, api_time, node_path
+from nodeagent.kube.client import JSON, Kube, KubeError, api_time
 from nodeagent.kube.watch import Reflector
 from nodeagent.objects import condition
 from nodeagent.objects import is_ready as ready
@@ -161,10 +161,7 @@ class AfterStart:
                 self.report.set(conditions.unclean_shutdown(previous))
                 log.warning("previous boot %s ended without a drain", previous)
         if current and previous != current:
-            self.kube.merge_patch(
-                node_path(self.cfg.node_name),
-                {"metadata": {"annotations": {marker.LAST_BOOT_ID: current}}},
-            )
+            self.departure.executor.record_boot(current)
         return unclean
 
 

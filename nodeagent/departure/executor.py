@@ -239,6 +239,10 @@ class FenceExecutor:
             self.report.set(decision.condition)
         return None
 
+    def record_boot(self, boot: str) -> None:
+        """Note on the Node the boot the agent started in (after start, by the reconcile)."""
+        marker.record_boot(self.kube, self.cfg.node_name, boot)
+
     def _cordon(self, kube: Kube, decision: Decision, node: JSON) -> None:
         assert decision.reason is not None
         if "spec" not in node:  # not observed yet

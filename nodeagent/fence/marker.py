@@ -235,6 +235,12 @@ def _guarded_patch(kube: Kube, node: JSON, patch: JSON) -> None:
         raise NodeChanged(f"node {node['metadata']['name']} changed since it was read") from None
 
 
+def record_boot(kube: Kube, name: str, boot: str) -> None:
+    """Note the boot the agent started in (LAST_BOOT_ID): the next one tells from it
+    whether this boot ended with a drain."""
+    kube.merge_patch(node_path(name), {"metadata": {"annotations": {LAST_BOOT_ID: boot}}})
+
+
 def record_result(kube: Kube, name: str, result: str) -> None:
     """Note how the drain ended, so the next boot can tell a drained departure."""
     kube.merge_patch(node_path(name), {"metadata": {"annotations": {DRAIN_RESULT: result}}})
