@@ -248,12 +248,13 @@ def milestone(
     which: Milestone,
     message: str,
     *args: object,
-    level: int = logging.INFO,
+    severity: int = logging.INFO,
     **fields: object,
 ) -> None:
-    """Log `message % args` as usual, carrying `which` and its key `fields` (as strings)
-    in the record, for the journal and the JSON logs to write as data."""
+    """Log `message % args` as usual (at `severity`), carrying `which` and its key `fields`
+    (as strings) in the record, for the journal and the JSON logs to write as data. The
+    daemon writes milestones at any verbosity (nodeagent/agent/logs.py)."""
     bad = RESERVED_FIELDS & fields.keys()
     assert not bad, f"milestone fields may not be named {sorted(bad)}"
     values = {key: str(value) for key, value in fields.items()}
-    log.log(level, message, *args, extra={MILESTONE_ATTR: which, FIELDS_ATTR: values})
+    log.log(severity, message, *args, extra={MILESTONE_ATTR: which, FIELDS_ATTR: values})

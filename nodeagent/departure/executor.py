@@ -30,7 +30,7 @@ from nodeagent.kube.watch import Reflector
 from nodeagent.report import conditions
 from nodeagent.report.conditions import ConditionWriter
 from nodeagent.report.events import WARNING, EventRecorder
-from nodeagent.types import DrainOutcome, Reason, Step
+from nodeagent.types import DrainOutcome, Milestone, Reason, Step, milestone
 
 if TYPE_CHECKING:
     # Only the daemon hands a budget in; `nodeagent drain` keeps logind's modules unloaded.
@@ -183,6 +183,7 @@ def _cordon_for_drain(
 ) -> Fenced:
     reason = drain.opts.reason
     if marker.cordon(kube, node, reason, keep, notes):
+        cordoned(reason)
         drain.progress(f"cordoned node {drain.node_name} (reason {reason})")
         if drain.events:
             drain.events.node(node, "Cordoned", f"Cordoned by nodeagent ({reason})")
@@ -248,6 +249,8 @@ class FenceExecutor:
         if "spec" not in node:  # not observed yet
             node = marker.get_node(kube, self.cfg.node_name)
         changed = marker.cordon(kube, node, decision.reason, decision.keep, _notes(decision))
+        if changed:
+            cordoned(decision.reason)
         if changed and decision.event:
             self.events.node(node, "Cordoned", decision.event)
         if decision.condition is not None:
@@ -257,6 +260,9 @@ class FenceExecutor:
         changed = marker.uncordon(
             kube, self.cfg.node_name, only_reasons=decision.undo, started_at=decision.started_at
         )
+        if changed:
+            reason = marker.NodeFence.of(node).reason if "metadata" in node else ""
+            milestone(log, Milestone.UNCORDONED, "uncordoned (%s)", reason, reason=reason)
         if changed and decision.event:
             self.events.node(node, "Uncordoned", decision.event)
         if decision.condition is not None:
@@ -295,12 +301,17 @@ class FenceExecutor:
             self.progress(reason, f"waiting for {len(volumes)} volume(s) to detach")
 
     def _record(self, reason: Reason, what: str, result: DrainResult, budget: Budget) -> None:
-        log.info(
+        milestone(
+            log,
+            Milestone.DRAIN_FINISHED,
             "drain for %s: %s in %.2fs (%s)",
             reason,
             result.outcome,
             result.seconds,
             result.phases.render(),
+            reason=reason,
+            outcome=result.outcome,
+            seconds=f"{result.seconds:.3f}",
         )
         metrics.DRAINS.labels(reason, result.outcome).inc()
         metrics.DRAIN_SECONDS.observe(result.seconds)
@@ -322,6 +333,11 @@ def describe(decision: Decision) -> str:
 
 def _notes(decision: Decision) -> marker.Notes | None:
     return marker_notes(decision.warning) if decision.warning is not None else None
+
+
+def cordoned(reason: str) -> None:
+    """The agent's cordon write was answered."""
+    milestone(log, Milestone.CORDONED, "cordoned (%s)", reason, reason=reason)
 
 
 def kubelet_deletes_note(result: DrainResult) -> str:

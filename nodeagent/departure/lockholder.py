@@ -31,7 +31,7 @@ from nodeagent.host.logindconf import LOGIND_MARGIN
 from nodeagent.kube.client import KubeError
 from nodeagent.report.conditions import ReadyReason
 from nodeagent.report.readiness import Readiness
-from nodeagent.types import Reason
+from nodeagent.types import Milestone, Reason, milestone
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,18 @@ class LogindLockHolder:
         fixed = budget.logind(
             time.monotonic(), self.drain_deadline, self._inhibit_delay, kubelet_kills
         )
-        self.on_shutdown(logind_reason(kind), fixed, generation, lambda: self._release(generation))
+        reason = logind_reason(kind)
+        milestone(
+            log,
+            Milestone.SHUTDOWN_ANNOUNCED,
+            "shutdown announced by logind: %s (generation %d)",
+            reason,
+            generation,
+            source="logind",
+            reason=reason,
+            generation=generation,
+        )
+        self.on_shutdown(reason, fixed, generation, lambda: self._release(generation))
 
     def _release(self, generation: int) -> None:
         """The drain for `generation` is done: let logind go on, unless a cancel (or a
@@ -116,6 +127,13 @@ class LogindLockHolder:
         with self._lock:
             if generation == self._generation and self._inhibitor is not None:
                 self._inhibitor.release()
+                milestone(
+                    log,
+                    Milestone.LOCK_RELEASED,
+                    "logind may go on (generation %d)",
+                    generation,
+                    generation=generation,
+                )
 
     @staticmethod
     def _retake(inhibitor: Any) -> None:

@@ -20,7 +20,7 @@ from nodeagent.departure.signal import Signal
 from nodeagent.departure.worker import Departure
 from nodeagent.report.conditions import ConditionWriter, ReadyReason
 from nodeagent.report.readiness import Readiness
-from nodeagent.types import Reason
+from nodeagent.types import Milestone, Reason, milestone
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,14 @@ class StopHandler:
             self.status("SIGTERM: package removal, no drain")
             self.readiness.removed()
             return
+        milestone(
+            log,
+            Milestone.SHUTDOWN_ANNOUNCED,
+            "SIGTERM taken as a shutdown: %s",
+            reason,
+            source="SIGTERM",
+            reason=reason,
+        )
         fixed = budget.sigterm(time.monotonic(), self.cfg.drain.deadline)
         signal = self.departure.shutdown(reason, fixed, "SIGTERM")
         signal.wait(fixed.stop_until)

@@ -105,7 +105,7 @@ class CloudWarnings:
             Milestone.WARNING_HEARD,
             "%s",
             said,
-            level=logging.WARNING,
+            severity=logging.WARNING,
             cloud=notice.cloud,
             kind=notice.kind,
             event_id=notice.event_id,

@@ -37,7 +37,7 @@ from nodeagent.drain.phases import Phase, Phases
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, api_time, pods_path
 from nodeagent.kube.watch import Reflector, node_pods
 from nodeagent.report.events import WARNING, EventRecorder
-from nodeagent.types import DrainOutcome, ExitCode, FinishedPods
+from nodeagent.types import DrainOutcome, ExitCode, FinishedPods, Milestone, milestone
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +252,17 @@ class Drain:
         # is still in flight (milliseconds; kubectl's fresh list has no such lag, and
         # neither closes the race with a binding the scheduler made before the cordon).
         planned = time.monotonic()
-        evictions = self._evict_tiers(self._plan(self._pods.snapshot()))
+        pods = self._plan(self._pods.snapshot())
+        milestone(
+            log,
+            Milestone.DRAIN_STARTED,
+            "drain for %s: evicting %d pods",
+            self.opts.reason,
+            len(pods),
+            reason=self.opts.reason,
+            pods=len(pods),
+        )
+        evictions = self._evict_tiers(pods)
         self._finish(node, evictions)
         self._time_evictions(planned, evictions)
         return self.result
