@@ -1,4 +1,4 @@
-"""The /metrics text (format 0.0.4) written by nodeagent/report/metrics.py, against
+"""The /metrics text (format 0.0.4) written by nodeagent/metrics.py, against
 prometheus_client's own for the same metrics and updates: every name, label, type, value
 and line the same, `_created` series included (their timestamps differ by when each library
 created the series, so only those values are masked)."""
