@@ -150,7 +150,7 @@ def preempts(occasion: Occasion, running: Reason, asked: bool, drains: bool) -> 
     if occasion is Occasion.SHUTDOWN and running.while_up:
         return "the shutdown owns the node from here"
     if occasion is Occasion.CANCELLED and not running.while_up:
-        return "shutdown cancelled"
+        return "the shutdown was called off"
     if occasion is Occasion.NODE and running is Reason.EVACUATE and not asked:
         return "evacuate taint removed during the drain"
     if occasion is Occasion.NODE and running is Reason.WARNING and not drains:
