@@ -232,8 +232,8 @@ def status(output: str, **params: Any) -> None:
     and the pods a drain would still evict with the PDBs that block them.
     """
     cfg = build_config(params)
+    from nodeagent.agent.status import gather, render
     from nodeagent.kube.credentials import connect
-    from nodeagent.report.status import gather, render
 
     kube, _ = connect(cfg)
     report = gather(kube, cfg.node_name)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodeagent.fence.reason import (
+from nodeagent.types import (
     Cloud,
     EvacuatePolicy,
     FinishedPods,

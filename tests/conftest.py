@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from nodeagent import metrics
 from nodeagent.kube.client import Kube
-from nodeagent.report import metrics
 
 
 @pytest.fixture(scope="session", autouse=True)

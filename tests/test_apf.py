@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from hack import kubeutil as ku
+from nodeagent import metrics
 from nodeagent.kube.client import ApiError, Kube, pods_path
-from nodeagent.report import metrics
 
 FLOWCONTROL = "/apis/flowcontrol.apiserver.k8s.io/v1"
 RBAC = "/apis/rbac.authorization.k8s.io/v1"

@@ -73,7 +73,7 @@ def test_only_a_shutdown_logind_announced_under_the_kubelets_lock_says_the_kubel
     """What was seen when the signal came travels with the budget to the drain's options."""
     from nodeagent.config import Config
     from nodeagent.departure.executor import drain_options
-    from nodeagent.fence.reason import Reason
+    from nodeagent.types import Reason
 
     cfg = Config(node="n")
     for fixed, kills in (

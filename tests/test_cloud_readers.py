@@ -28,13 +28,12 @@ from hack.cloudfakes import (
     Reply,
 )
 from hack.kubeutil import wait_until
+from nodeagent import metrics
 from nodeagent.cloud import aws, gcp
 from nodeagent.cloud.watcher import WarningWatcher
 from nodeagent.config import WarningsConfig
 from nodeagent.context import Context
-from nodeagent.fence.reason import Cloud, WarningKind
-from nodeagent.fence.warning import Notice
-from nodeagent.report import metrics
+from nodeagent.types import Cloud, Notice, WarningKind
 
 
 @dataclass

@@ -29,13 +29,12 @@ from nodeagent.config import Config
 from nodeagent.context import Context
 from nodeagent.departure import budget
 from nodeagent.departure.worker import Departure
-from nodeagent.drain.engine import DrainOutcome
 from nodeagent.fence import marker
-from nodeagent.fence.reason import Cloud, Reason
 from nodeagent.kube.client import JSON, Kube, node_path
 from nodeagent.report import conditions
 from nodeagent.report.conditions import ConditionWriter
 from nodeagent.report.events import EventRecorder
+from nodeagent.types import Cloud, DrainOutcome, Reason
 
 
 @dataclass

@@ -12,10 +12,18 @@ from typing import Any
 
 import pytest
 
-from nodeagent.fence.decision import Decision, Observed, Occasion, Step, decide
+from nodeagent.fence.decision import Decision, Observed, decide
 from nodeagent.fence.marker import NodeFence
-from nodeagent.fence.reason import GOING_DOWN, SHUTDOWN_REASONS, EvacuatePolicy, Policy, Reason
 from nodeagent.report.conditions import DRAINED
+from nodeagent.types import (
+    GOING_DOWN,
+    SHUTDOWN_REASONS,
+    EvacuatePolicy,
+    Occasion,
+    Policy,
+    Reason,
+    Step,
+)
 
 BOOT = "boot-2"
 TAINT = "nodeagent.io/evacuate"

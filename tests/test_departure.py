@@ -15,12 +15,11 @@ from nodeagent.config import Config
 from nodeagent.context import Context
 from nodeagent.departure import budget
 from nodeagent.departure.worker import Departure
-from nodeagent.fence.decision import Step
 from nodeagent.fence.marker import DRAIN_REASON
-from nodeagent.fence.reason import Reason
 from nodeagent.kube.client import Kube
 from nodeagent.report.conditions import ConditionWriter
 from nodeagent.report.events import EventRecorder
+from nodeagent.types import Reason, Step
 
 
 @pytest.fixture

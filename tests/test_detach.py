@@ -19,8 +19,9 @@ from nodeagent.drain.detach import (
     still_attached,
     wait_detached,
 )
-from nodeagent.drain.engine import DrainOutcome, DrainResult
+from nodeagent.drain.engine import DrainResult
 from nodeagent.kube.client import JSON
+from nodeagent.types import DrainOutcome
 
 A = "kubernetes.io/csi/mock^1"
 B = "kubernetes.io/csi/mock^2"

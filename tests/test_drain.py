@@ -14,9 +14,10 @@ import pytest
 from hack import kubeutil as ku
 from hack.drainphases import own_phases
 from hack.localcluster.kubelet_sim import TERMINATION_DELAY
+from nodeagent import metrics
 from nodeagent.context import Context
 from nodeagent.departure.executor import cordon_then_drain
-from nodeagent.drain.engine import Drain, DrainOptions, DrainOutcome, DrainResult, PodOutcome
+from nodeagent.drain.engine import Drain, DrainOptions, DrainResult, PodOutcome
 from nodeagent.drain.evictedevents import COMBINED, PER_NAMESPACE
 from nodeagent.drain.eviction import capped_grace
 from nodeagent.drain.phases import Phase
@@ -32,8 +33,8 @@ from nodeagent.fence.marker import (
     excludes_lb,
 )
 from nodeagent.kube.client import JSON, Kube, node_path, pods_path
-from nodeagent.report import metrics
 from nodeagent.report.events import EventRecorder
+from nodeagent.types import DrainOutcome
 
 
 @dataclass

@@ -18,6 +18,7 @@ import pytest
 
 from hack import kubeutil as ku
 from hack.agentproc import AgentProcess
+from nodeagent import metrics
 from nodeagent.departure.executor import cordon_then_drain, outcome_condition
 from nodeagent.drain import podfilter
 from nodeagent.drain.engine import (
@@ -30,13 +31,14 @@ from nodeagent.drain.engine import (
     pod_state,
 )
 from nodeagent.drain.eviction import BLOCKED_EVENT_AFTER
-from nodeagent.drain.podfilter import FinishedPods, controller_of
+from nodeagent.drain.podfilter import controller_of
 from nodeagent.drain.summary import render
 from nodeagent.fence.marker import CORDONED_BY, NodeChanged
 from nodeagent.kube.client import JSON, Kube, api_stamp, node_path, pods_path
 from nodeagent.kube.watch import node_pods
-from nodeagent.report import conditions, metrics
+from nodeagent.report import conditions
 from nodeagent.report.events import EventRecorder
+from nodeagent.types import FinishedPods
 from tests.tcpproxy import Proxy
 
 HOLD = "test.nodeagent.io/hold"

@@ -7,8 +7,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from hack import kubeutil as ku
+from nodeagent import metrics
 from nodeagent.kube.client import Kube
-from nodeagent.report import metrics
 from nodeagent.report.events import EventRecorder
 from tests.tcpproxy import Proxy
 

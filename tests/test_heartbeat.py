@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from hack import kubeutil as ku
+from nodeagent.agent.status import STALE_AFTER, warnings
 from nodeagent.kube.client import Kube
 from nodeagent.report import conditions
 from nodeagent.report.conditions import ConditionWriter, heartbeat_wait
 from nodeagent.report.readiness import Readiness
-from nodeagent.report.status import STALE_AFTER, warnings
 
 
 @pytest.mark.parametrize(

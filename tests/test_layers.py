@@ -9,27 +9,22 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "nodeagent"
 
 # Engines and plain pieces: they act when called and decide nothing about the node's owner.
-ENGINES = {"objects", "kube", "fence", "drain", "report", "host", "cloud", "context", "config"}
-# Their order (docs/architecture.md): a part imports only parts before it, or SHARED.
+ENGINES = {"types", "metrics", "objects", "kube", "fence", "drain", "report", "host", "cloud"}
+ENGINES |= {"context", "config"}
+# Their order (docs/architecture.md): a part imports only parts before it, or its own. At the
+# bottom what every layer uses: the vocabulary, the metrics and the reading of API objects;
+# the reporting sinks (conditions as data, Events) just above the API client.
 ORDER = [
-    {"objects"},
+    {"types", "metrics", "objects"},
     {"context", "config"},
     {"kube"},
+    {"report"},
     {"fence"},
     {"drain"},
-    {"report"},
     {"host"},
     {"cloud"},
 ]
-# Every layer may use these: the vocabulary, and the reporting sinks (counters, Events,
-# conditions as data). None of them imports a part after kube.
-SHARED = {
-    "nodeagent.fence.reason",
-    "nodeagent.report.metrics",
-    "nodeagent.report.httpd",  # the metrics' server: imports nothing of the package
-    "nodeagent.report.events",
-    "nodeagent.report.conditions",
-}
+BOTTOM = ORDER[0]
 # Controllers: each runs its own loop over what it watches.
 CONTROLLERS = {"departure", "rejection"}
 # The wiring: may import anything.
@@ -102,17 +97,19 @@ def test_engines_import_each_other_only_in_order() -> None:
     for importer, imported in module_imports():
         a, b = layer_of(importer), layer_of(imported)
         engines = a in ENGINES and b in ENGINES and a != b
-        if engines and imported not in SHARED and rank(b) > rank(a):
+        if engines and rank(b) > rank(a):
             bad.append((importer, imported))
     assert bad == []
 
 
-def test_the_shared_modules_stay_low() -> None:
-    # What every layer imports must not pull in the layers above kube.
-    low = {"objects", "context", "config", "kube"}
-    for importer, imported in module_imports():
-        if importer in SHARED and imported not in SHARED:
-            assert layer_of(imported) in low, (importer, imported)
+def test_the_bottom_imports_nothing_above_it() -> None:
+    # Every part imports these: an import of theirs upwards would be a circle in waiting.
+    bad = [
+        (importer, imported)
+        for importer, imported in module_imports()
+        if layer_of(importer) in BOTTOM and layer_of(imported) not in BOTTOM
+    ]
+    assert bad == []
 
 
 def test_the_graph_is_seen() -> None:
@@ -120,6 +117,50 @@ def test_the_graph_is_seen() -> None:
     edges = imports()
     assert ("departure", "drain") in edges and ("agent", "departure") in edges
     assert ("nodeagent.drain.engine", "nodeagent.drain.eviction") in module_imports()
+
+
+# -- one writer of the fence ----------------------------------------------------------------
+
+# fence/marker.py's writes: the cordon, the uncordon and every record on the Node.
+MARKER_WRITES = {
+    "cordon",
+    "uncordon",
+    "record_drain",
+    "record_result",
+    "record_boot",
+    "forget_departed",
+}
+# The daemon's one writer (docs/architecture.md, "Who owns the node's fence"), and the CLI's
+# `nodeagent uncordon`, a person's own command in a process of its own.
+FENCE_WRITERS = {"nodeagent/departure/executor.py", "nodeagent/cli.py"}
+
+
+def marker_writes(path: Path) -> set[str]:
+    """The marker's writes a file calls or imports (marker.cordon(...), from ... import),
+    and "patch" for a patch of the Node object itself (its status is the conditions')."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            first = node.args[0] if node.args else None
+            on_node = isinstance(first, ast.Call) and getattr(first.func, "id", "") == "node_path"
+            if node.func.attr.endswith("patch") and on_node:
+                found.add("patch")
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id == "marker" and node.attr in MARKER_WRITES:
+                found.add(node.attr)
+        elif isinstance(node, ast.ImportFrom) and node.module == "nodeagent.fence.marker":
+            found.update(a.name for a in node.names if a.name in MARKER_WRITES)
+    return found
+
+
+def test_only_the_executor_writes_the_fence() -> None:
+    writers = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = str(path.relative_to(PACKAGE.parent))
+        if rel != "nodeagent/fence/marker.py" and marker_writes(path):
+            writers[rel] = marker_writes(path)
+    assert "record_boot" in writers["nodeagent/departure/executor.py"]  # the walk sees them
+    assert set(writers) <= FENCE_WRITERS, writers
 
 
 # -- inside nodeagent.kube ------------------------------------------------------------------

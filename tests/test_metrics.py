@@ -1,4 +1,5 @@
-"""/metrics and /healthz served by the agent, on IPv4 and IPv6 loopback."""
+"""/metrics and /healthz served by the agent (nodeagent/report/httpd.py), on IPv4 and IPv6
+loopback."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import urllib.request
 import pytest
 
 from hack.agentproc import free_port
-from nodeagent.report import metrics
+from nodeagent.report import httpd
 
 
 def get(url: str) -> tuple[int, str]:
@@ -25,7 +26,7 @@ def get(url: str) -> tuple[int, str]:
 def test_healthz_follows_the_loops_and_metrics_are_served(host: str) -> None:
     stalled: list[str] = []
     port = free_port()
-    server = metrics.serve(f"{host}:{port}", lambda: list(stalled))
+    server = httpd.serve(f"{host}:{port}", lambda: list(stalled))
     assert server is not None
     try:
         assert get(f"http://{host}:{port}/healthz") == (200, "ok\n")
@@ -39,7 +40,7 @@ def test_healthz_follows_the_loops_and_metrics_are_served(host: str) -> None:
 
 
 def test_empty_address_serves_nothing() -> None:
-    assert metrics.serve("", list) is None
+    assert httpd.serve("", list) is None
 
 
 def test_a_one_shot_command_counts_nothing_and_never_imports_prometheus() -> None:
@@ -47,7 +48,7 @@ def test_a_one_shot_command_counts_nothing_and_never_imports_prometheus() -> Non
     are dropped without prometheus_client being imported."""
     code = (
         "import sys\n"
-        "from nodeagent.report import metrics\n"
+        "from nodeagent import metrics\n"
         "metrics.EVICTIONS.labels('accepted').inc()\n"
         "metrics.HEARTBEAT.set_to_current_time()\n"
         "metrics.DRAIN_SECONDS.observe(1.0)\n"

@@ -1,4 +1,4 @@
-"""The /metrics text (format 0.0.4) written by nodeagent/report/metrics.py, against
+"""The /metrics text (format 0.0.4) written by nodeagent/metrics.py, against
 prometheus_client's own for the same metrics and updates: every name, label, type, value
 and line the same, `_created` series included (their timestamps differ by when each library
 created the series, so only those values are masked)."""
@@ -13,8 +13,8 @@ import prometheus_client
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from nodeagent.report import metrics
-from nodeagent.report.metrics import Kind, Metric, Registry, go_float
+from nodeagent import metrics
+from nodeagent.metrics import Kind, Metric, Registry, go_float
 
 Update = tuple[str, tuple[str, ...], str, float]  # metric, label values, method, argument
 

@@ -21,6 +21,7 @@ import pytest
 
 from hack import kubeutil as ku
 from hack.localcluster import REJECT, REJECT_MESSAGE
+from nodeagent import metrics
 from nodeagent.config import RejectionConfig
 from nodeagent.context import Context
 from nodeagent.drain.podfilter import find_condition
@@ -42,7 +43,6 @@ from nodeagent.rejection.controller import (
     rejection_of,
     wants_recreate,
 )
-from nodeagent.report import metrics
 from nodeagent.report.events import EventRecorder
 
 BACKOFF = 1.0

@@ -35,7 +35,6 @@ from jeepney.io.blocking import DBusConnection, open_dbus_connection
 from hack import kubeutil as ku
 from hack.agentproc import AgentProcess
 from nodeagent.fence.marker import CORDONED_BY
-from nodeagent.fence.reason import Reason
 from nodeagent.host.dbus import system_bus_address
 from nodeagent.host.kubeletshutdown import (
     KubeletShutdownReport,
@@ -65,6 +64,7 @@ from nodeagent.host.systemd_manager import (
 )
 from nodeagent.kube.client import JSON
 from nodeagent.report.conditions import READY, find
+from nodeagent.types import Reason
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 MOCK_IFACE = "org.freedesktop.DBus.Mock"

@@ -86,7 +86,7 @@ def test_status_of_a_missing_node_is_a_one_line_error(admin_kubeconfig: str) -> 
 
 
 def test_label_selector_matching() -> None:
-    from nodeagent.report.status import selects
+    from nodeagent.agent.status import selects
 
     labels = {"app": "web", "tier": "front"}
     assert selects({"matchLabels": {"app": "web"}}, labels)

@@ -18,10 +18,10 @@ from nodeagent.cloud import aws, azure, detect, gcp
 from nodeagent.cloud.http import Error, MetadataError
 from nodeagent.config import ConfigError, WarningsConfig, load
 from nodeagent.departure import budget as budgets
-from nodeagent.fence.decision import Observed, Occasion, Step, decide
+from nodeagent.fence.decision import Observed, decide
 from nodeagent.fence.marker import NodeFence
-from nodeagent.fence.reason import GOING_DOWN, Cloud, Policy, Reason, WarningKind
-from nodeagent.fence.warning import Notice, Warned, due, implausible, marker_notes
+from nodeagent.fence.warning import Warned, due, implausible, marker_notes
+from nodeagent.types import GOING_DOWN, Cloud, Notice, Occasion, Policy, Reason, Step, WarningKind
 
 NOW = float(calendar.timegm((2026, 11, 26, 8, 0, 0, 0, 0, 0)))
 CFG = WarningsConfig(maintenance_lead=600.0, rebalance_lifetime=1800.0)

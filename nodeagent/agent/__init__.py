@@ -1,2 +1,3 @@
-"""The agent's supervisor and wiring: loops that restart themselves, the watchdog, and
-what feeds what."""
+"""The agent's supervisor and wiring: loops that restart themselves, the watchdog, what feeds
+what, and `nodeagent status` (it reads the fence, the drain's pod filter and the conditions,
+so it sits with the wiring above them)."""

@@ -9,12 +9,12 @@ the click CLI (nodeagent/cli.py) builds every command on it.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
+from nodeagent.agent.logs import setup_logging
 from nodeagent.config import Config, ConfigError
 from nodeagent.config import load as load_config
 
@@ -23,12 +23,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def run_daemon(params: dict[str, Any]) -> None:
     """`nodeagent run`: load the configuration and run the agent until it stops."""
+    verbose = params.get("verbose", 0)
     cfg = build_config(params)
+    setup_logging(verbose, cfg.log_format, milestones=True)
     check_rejection(cfg)
     from nodeagent.host.preload import preload
 
     preload(cfg)  # a package upgrade must not give this process a mix of versions
-    from nodeagent.report import metrics
+    from nodeagent import metrics
 
     metrics.enable()  # before anything counts
     from nodeagent.agent.daemon import Agent
@@ -38,31 +40,6 @@ def run_daemon(params: dict[str, Any]) -> None:
     notifier = Notifier()
     kube, identity = connect(cfg, daemon=True, notify=notifier.send)
     sys.exit(Agent(cfg, kube, notifier, identity=identity).run())
-
-
-class JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        return json.dumps(
-            {
-                "ts": round(record.created, 3),
-                "level": record.levelname.lower(),
-                "logger": record.name,
-                "msg": record.getMessage(),
-            }
-        )
-
-
-def setup_logging(verbose: int, fmt: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    level = logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING
-    logging.basicConfig(level=level, handlers=[handler], force=True)
-    # The client's own loggers are noisy at INFO and could echo request headers.
-    logging.getLogger("kubernetes").setLevel(logging.WARNING)
-    logging.getLogger("urllib3").setLevel(logging.ERROR)
 
 
 def fail(message: str, code: int) -> NoReturn:

@@ -18,6 +18,7 @@ import threading
 import time
 from types import FrameType
 
+from nodeagent import metrics
 from nodeagent.agent.loops import Loop, Notifier
 from nodeagent.agent.mirror import NodeMirror
 from nodeagent.agent.reconcile import AfterStart, ready_in_this_boot
@@ -31,7 +32,7 @@ from nodeagent.kube import identity
 from nodeagent.kube.client import JSON, READ_TIMEOUT, Kube, KubeError
 from nodeagent.kube.credentials import Identity
 from nodeagent.kube.watch import STUCK_AFTER, Reflector, node_pods
-from nodeagent.report import metrics
+from nodeagent.report import httpd
 from nodeagent.report.conditions import ConditionWriter, heartbeat_wait
 from nodeagent.report.events import EventRecorder
 from nodeagent.report.readiness import Readiness
@@ -110,7 +111,7 @@ class Agent:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_sigterm)
         signal.signal(signal.SIGINT, self._on_sigterm)
-        metrics.serve(self.cfg.reporting.metrics_address, self.stalled_loops)
+        httpd.serve(self.cfg.reporting.metrics_address, self.stalled_loops)
         # READY before talking to the API: a down API server must never hold up boot.
         self.notify.send("READY=1", "STATUS=starting")
         if not self._wait_for_claim():

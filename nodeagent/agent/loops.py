@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from nodeagent import metrics
 from nodeagent.context import Context
-from nodeagent.report import metrics
 
 log = logging.getLogger(__name__)
 

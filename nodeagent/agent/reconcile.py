@@ -13,20 +13,21 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 
+from nodeagent import metrics
 from nodeagent.agent.mirror import NodeMirror
 from nodeagent.config import Config
 from nodeagent.context import Context
 from nodeagent.departure.worker import Departure
 from nodeagent.fence import marker
-from nodeagent.fence.decision import Step, evacuation_asked
-from nodeagent.fence.reason import marker_reason
-from nodeagent.kube.client import JSON, Kube, KubeError, api_time, node_path
+from nodeagent.fence.decision import evacuation_asked
+from nodeagent.kube.client import JSON, Kube, KubeError, api_time
 from nodeagent.kube.watch import Reflector
 from nodeagent.objects import condition
 from nodeagent.objects import is_ready as ready
-from nodeagent.report import conditions, metrics
+from nodeagent.report import conditions
 from nodeagent.report.conditions import ConditionWriter
 from nodeagent.report.events import WARNING, EventRecorder
+from nodeagent.types import Step, marker_reason
 
 log = logging.getLogger(__name__)
 
@@ -160,10 +161,7 @@ class AfterStart:
                 self.report.set(conditions.unclean_shutdown(previous))
                 log.warning("previous boot %s ended without a drain", previous)
         if current and previous != current:
-            self.kube.merge_patch(
-                node_path(self.cfg.node_name),
-                {"metadata": {"annotations": {marker.LAST_BOOT_ID: current}}},
-            )
+            self.departure.executor.record_boot(current)
         return unclean
 
 

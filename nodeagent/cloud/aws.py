@@ -30,8 +30,7 @@ import time
 from typing import Any
 
 from nodeagent.cloud.http import Error, MetadataError, Reply, request, unexpected
-from nodeagent.fence.reason import Cloud, WarningKind
-from nodeagent.fence.warning import Notice
+from nodeagent.types import Cloud, Notice, WarningKind
 
 BASE = "http://169.254.169.254"
 TOKEN_PATH = "/latest/api/token"

@@ -22,10 +22,9 @@ import json
 import logging
 from typing import Any
 
+from nodeagent import metrics
 from nodeagent.cloud.http import Error, MetadataError, request, unexpected
-from nodeagent.fence.reason import Cloud, WarningKind
-from nodeagent.fence.warning import Notice
-from nodeagent.report import metrics
+from nodeagent.types import Cloud, Notice, WarningKind
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from nodeagent.fence.reason import Cloud
+from nodeagent.types import Cloud
 
 DMI_DIR = "/sys/class/dmi/id"
 FIELDS = ("sys_vendor", "product_name", "product_version", "bios_vendor", "bios_version")

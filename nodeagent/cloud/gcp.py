@@ -15,8 +15,7 @@ Two keys under ``/computeMetadata/v1/instance/``, read with ``Metadata-Flavor: G
 from __future__ import annotations
 
 from nodeagent.cloud.http import Error, MetadataError, Reply, request, unexpected
-from nodeagent.fence.reason import Cloud, WarningKind
-from nodeagent.fence.warning import Notice
+from nodeagent.types import Cloud, Notice, WarningKind
 
 BASE = "http://169.254.169.254"
 MAINTENANCE = "/computeMetadata/v1/instance/maintenance-event"

@@ -16,13 +16,13 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from nodeagent import metrics
 from nodeagent.cloud import detect
 from nodeagent.cloud.http import Error, MetadataError
 from nodeagent.config import WarningsConfig
 from nodeagent.context import Context
-from nodeagent.fence.reason import Cloud
-from nodeagent.fence.warning import Notice, implausible
-from nodeagent.report import metrics
+from nodeagent.fence.warning import implausible
+from nodeagent.types import Cloud, Notice
 
 log = logging.getLogger(__name__)
 

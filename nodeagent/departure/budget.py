@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nodeagent.host.logindconf import FINISH_GRACE, LOGIND_MARGIN
+from nodeagent.types import Notice
 
 ANNOUNCED_SLACK = 2.0  # the stop handler's wait beyond a shutdown drain's finish
 EXTEND_SLACK = 10.0  # systemd's stop timeout beyond a shutdown drain's deadline
@@ -104,3 +105,12 @@ def evacuation(now: float, deadline: float) -> Budget:
     drain_until = now + deadline
     finish_until = drain_until + EVACUATE_FINISH
     return Budget(drain_until, finish_until, finish_until, finish_until)
+
+
+def while_up(now: float, deadline: float, notice: Notice | None, epoch: float) -> Budget:
+    """A drain while the machine runs on, starting at `now` (`epoch` on the wall clock, as
+    the cloud's times are): an evacuation's time, or the warning's (`notice`), cut to end
+    before the cloud acts."""
+    if notice is None or notice.deadline is None:
+        return evacuation(now, deadline)
+    return warning(now, deadline, notice.deadline - epoch)

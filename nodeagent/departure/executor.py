@@ -16,20 +16,21 @@ from collections.abc import Callable, Collection, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from nodeagent import metrics
 from nodeagent.config import Config
 from nodeagent.context import Context
 from nodeagent.drain import detach
-from nodeagent.drain.engine import Drain, DrainOptions, DrainOutcome, DrainResult
+from nodeagent.drain.engine import Drain, DrainOptions, DrainResult
 from nodeagent.drain.phases import Phase
 from nodeagent.fence import marker
-from nodeagent.fence.decision import Decision, Step
-from nodeagent.fence.reason import Reason
+from nodeagent.fence.decision import Decision
 from nodeagent.fence.warning import marker_notes
 from nodeagent.kube.client import JSON, Kube, KubeError
 from nodeagent.kube.watch import Reflector
-from nodeagent.report import conditions, metrics
+from nodeagent.report import conditions
 from nodeagent.report.conditions import ConditionWriter
 from nodeagent.report.events import WARNING, EventRecorder
+from nodeagent.types import DrainOutcome, Milestone, Reason, Step, milestone
 
 if TYPE_CHECKING:
     # Only the daemon hands a budget in; `nodeagent drain` keeps logind's modules unloaded.
@@ -182,6 +183,7 @@ def _cordon_for_drain(
 ) -> Fenced:
     reason = drain.opts.reason
     if marker.cordon(kube, node, reason, keep, notes):
+        cordoned(reason)
         drain.progress(f"cordoned node {drain.node_name} (reason {reason})")
         if drain.events:
             drain.events.node(node, "Cordoned", f"Cordoned by nodeagent ({reason})")
@@ -238,11 +240,17 @@ class FenceExecutor:
             self.report.set(decision.condition)
         return None
 
+    def record_boot(self, boot: str) -> None:
+        """Note on the Node the boot the agent started in (after start, by the reconcile)."""
+        marker.record_boot(self.kube, self.cfg.node_name, boot)
+
     def _cordon(self, kube: Kube, decision: Decision, node: JSON) -> None:
         assert decision.reason is not None
         if "spec" not in node:  # not observed yet
             node = marker.get_node(kube, self.cfg.node_name)
         changed = marker.cordon(kube, node, decision.reason, decision.keep, _notes(decision))
+        if changed:
+            cordoned(decision.reason)
         if changed and decision.event:
             self.events.node(node, "Cordoned", decision.event)
         if decision.condition is not None:
@@ -252,6 +260,9 @@ class FenceExecutor:
         changed = marker.uncordon(
             kube, self.cfg.node_name, only_reasons=decision.undo, started_at=decision.started_at
         )
+        if changed:
+            reason = marker.NodeFence.of(node).reason if "metadata" in node else ""
+            milestone(log, Milestone.UNCORDONED, "uncordoned (%s)", reason, reason=reason)
         if changed and decision.event:
             self.events.node(node, "Uncordoned", decision.event)
         if decision.condition is not None:
@@ -290,12 +301,17 @@ class FenceExecutor:
             self.progress(reason, f"waiting for {len(volumes)} volume(s) to detach")
 
     def _record(self, reason: Reason, what: str, result: DrainResult, budget: Budget) -> None:
-        log.info(
+        milestone(
+            log,
+            Milestone.DRAIN_FINISHED,
             "drain for %s: %s in %.2fs (%s)",
             reason,
             result.outcome,
             result.seconds,
             result.phases.render(),
+            reason=reason,
+            outcome=result.outcome,
+            seconds=f"{result.seconds:.3f}",
         )
         metrics.DRAINS.labels(reason, result.outcome).inc()
         metrics.DRAIN_SECONDS.observe(result.seconds)
@@ -317,6 +333,11 @@ def describe(decision: Decision) -> str:
 
 def _notes(decision: Decision) -> marker.Notes | None:
     return marker_notes(decision.warning) if decision.warning is not None else None
+
+
+def cordoned(reason: str) -> None:
+    """The agent's cordon write was answered."""
+    milestone(log, Milestone.CORDONED, "cordoned (%s)", reason, reason=reason)
 
 
 def kubelet_deletes_note(result: DrainResult) -> str:

@@ -30,6 +30,7 @@ from enum import Enum
 from pathlib import Path
 from urllib.parse import quote
 
+from nodeagent import metrics
 from nodeagent.config import LeftoversConfig
 from nodeagent.drain import podfilter
 from nodeagent.drain.podfilter import controller_of
@@ -44,7 +45,6 @@ from nodeagent.kube.client import (
     pods_path,
 )
 from nodeagent.kube.watch import Reflector
-from nodeagent.report import metrics
 from nodeagent.report.events import EventRecorder
 
 log = logging.getLogger(__name__)

@@ -16,10 +16,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from nodeagent import metrics
 from nodeagent.context import Context
 from nodeagent.departure import budget
 from nodeagent.departure.budget import Budget
-from nodeagent.fence.reason import Reason
 from nodeagent.host.kubeletshutdown import (
     KubeletShutdownReport,
     check_outvoted,
@@ -29,9 +29,9 @@ from nodeagent.host.kubeletshutdown import message as message_for_kubelet
 from nodeagent.host.kubeletshutdown import next_check as kubelet_check_after
 from nodeagent.host.logindconf import LOGIND_MARGIN
 from nodeagent.kube.client import KubeError
-from nodeagent.report import metrics
 from nodeagent.report.conditions import ReadyReason
 from nodeagent.report.readiness import Readiness
+from nodeagent.types import Milestone, Reason, milestone
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,18 @@ class LogindLockHolder:
         fixed = budget.logind(
             time.monotonic(), self.drain_deadline, self._inhibit_delay, kubelet_kills
         )
-        self.on_shutdown(logind_reason(kind), fixed, generation, lambda: self._release(generation))
+        reason = logind_reason(kind)
+        milestone(
+            log,
+            Milestone.SHUTDOWN_ANNOUNCED,
+            "shutdown announced by logind: %s (generation %d)",
+            reason,
+            generation,
+            source="logind",
+            reason=reason,
+            generation=generation,
+        )
+        self.on_shutdown(reason, fixed, generation, lambda: self._release(generation))
 
     def _release(self, generation: int) -> None:
         """The drain for `generation` is done: let logind go on, unless a cancel (or a
@@ -116,6 +127,13 @@ class LogindLockHolder:
         with self._lock:
             if generation == self._generation and self._inhibitor is not None:
                 self._inhibitor.release()
+                milestone(
+                    log,
+                    Milestone.LOCK_RELEASED,
+                    "logind may go on (generation %d)",
+                    generation,
+                    generation=generation,
+                )
 
     @staticmethod
     def _retake(inhibitor: Any) -> None:

@@ -13,13 +13,14 @@ import logging
 import time
 from collections.abc import Callable
 
+from nodeagent import metrics
 from nodeagent.config import Config
 from nodeagent.departure import budget
-from nodeagent.departure.worker import Departure, Signal
-from nodeagent.fence.reason import Reason
-from nodeagent.report import metrics
+from nodeagent.departure.signal import Signal
+from nodeagent.departure.worker import Departure
 from nodeagent.report.conditions import ConditionWriter, ReadyReason
 from nodeagent.report.readiness import Readiness
+from nodeagent.types import Milestone, Reason, milestone
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,14 @@ class StopHandler:
             self.status("SIGTERM: package removal, no drain")
             self.readiness.removed()
             return
+        milestone(
+            log,
+            Milestone.SHUTDOWN_ANNOUNCED,
+            "SIGTERM taken as a shutdown: %s",
+            reason,
+            source="SIGTERM",
+            reason=reason,
+        )
         fixed = budget.sigterm(time.monotonic(), self.cfg.drain.deadline)
         signal = self.departure.shutdown(reason, fixed, "SIGTERM")
         signal.wait(fixed.stop_until)

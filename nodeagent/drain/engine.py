@@ -25,8 +25,9 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from enum import Enum, IntEnum, StrEnum
+from enum import Enum
 
+from nodeagent import metrics
 from nodeagent.context import Context
 from nodeagent.drain import podfilter
 from nodeagent.drain.detach import DetachResult
@@ -35,8 +36,8 @@ from nodeagent.drain.eviction import PodOutcome as PodOutcome
 from nodeagent.drain.phases import Phase, Phases
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, api_time, pods_path
 from nodeagent.kube.watch import Reflector, node_pods
-from nodeagent.report import metrics
 from nodeagent.report.events import WARNING, EventRecorder
+from nodeagent.types import DrainOutcome, ExitCode, FinishedPods, Milestone, milestone
 
 log = logging.getLogger(__name__)
 
@@ -44,14 +45,6 @@ log = logging.getLogger(__name__)
 # waiting for it (and reports it as left).
 STUCK_AFTER_GRACE = 30.0
 PROGRESS_EVERY = 5.0
-
-
-class ExitCode(IntEnum):
-    OK = 0
-    ERROR = 1
-    USAGE = 2
-    DEADLINE = 3
-    REFUSED = 4
 
 
 @dataclass(frozen=True)
@@ -70,7 +63,7 @@ class DrainOptions:
     # result. No request of the drain outlives deadline + finish_grace.
     finish_grace: float = 10.0
     stuck_after: float = STUCK_AFTER_GRACE
-    finished_pods: podfilter.FinishedPods = podfilter.FinishedPods.KEEP
+    finished_pods: FinishedPods = FinishedPods.KEEP
     # The kubelet's graceful node shutdown is stopping the node's ordinary pods from the
     # drain's start (logind announced the shutdown while the kubelet held its lock): they
     # are taken out at once, deleted where their PDB refuses (Evictor.delete_for_kubelet_shutdown).
@@ -78,18 +71,6 @@ class DrainOptions:
     # The node goes at the deadline whatever the reason (a shutdown, or the cloud's warning
     # whose time cut the drain): evicted pods get no more grace than is left.
     cut_grace: bool = False
-
-
-class DrainOutcome(StrEnum):
-    """How a drain ended. A StrEnum: its value is what the node's drain-result
-    annotation, the metrics' result label and the summary show."""
-
-    DRAINED = "drained"
-    FORCED = "forced"  # drained, some pods deleted after the deadline
-    TIMED_OUT = "timed-out"  # the deadline came with pods still leaving
-    INCOMPLETE = "incomplete"  # pods held by finalizers or stuck terminating
-    CANCELLED = "cancelled"
-    DRY_RUN = "dry-run"
 
 
 @dataclass
@@ -131,7 +112,7 @@ def pod_state(
     pod: JSON | None,
     now: float,
     stuck_after: float,
-    finished: podfilter.FinishedPods = podfilter.FinishedPods.KEEP,
+    finished: FinishedPods = FinishedPods.KEEP,
 ) -> PodState:
     """Decide from the pod as watched (None: no pod with that UID on the node).
     With FinishedPods.DELETE a finished pod is not done with until it is deleted."""
@@ -140,7 +121,7 @@ def pod_state(
     meta = pod["metadata"]
     finalizers = meta.get("finalizers") or []
     deleted_at = meta.get("deletionTimestamp")
-    if not deleted_at and podfilter.is_finished(pod) and finished is podfilter.FinishedPods.DELETE:
+    if not deleted_at and podfilter.is_finished(pod) and finished is FinishedPods.DELETE:
         return PodState.PRESENT
     if podfilter.is_finished(pod) and not (deleted_at and finalizers):
         return PodState.GONE  # nothing runs, and nothing keeps a deleted object
@@ -271,7 +252,17 @@ class Drain:
         # is still in flight (milliseconds; kubectl's fresh list has no such lag, and
         # neither closes the race with a binding the scheduler made before the cordon).
         planned = time.monotonic()
-        evictions = self._evict_tiers(self._plan(self._pods.snapshot()))
+        pods = self._plan(self._pods.snapshot())
+        milestone(
+            log,
+            Milestone.DRAIN_STARTED,
+            "drain for %s: evicting %d pods",
+            self.opts.reason,
+            len(pods),
+            reason=self.opts.reason,
+            pods=len(pods),
+        )
+        evictions = self._evict_tiers(pods)
         self._finish(node, evictions)
         self._time_evictions(planned, evictions)
         return self.result

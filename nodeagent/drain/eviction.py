@@ -23,15 +23,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from nodeagent import metrics
 from nodeagent.context import Context
 from nodeagent.drain import grants
 from nodeagent.drain.evictedevents import EvictedEvents
-from nodeagent.fence.reason import GOING_DOWN
 from nodeagent.kube import identity
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, Unreachable, pods_path
 from nodeagent.kube.watch import Reflector
-from nodeagent.report import metrics
 from nodeagent.report.events import WARNING, EventRecorder
+from nodeagent.types import GOING_DOWN, Milestone, milestone
 
 log = logging.getLogger(__name__)
 
@@ -436,6 +436,14 @@ class Evictor:
     def _accepted(self, ev: Eviction) -> None:
         ev.accepted = True
         ev.outcome.evicted_at = time.monotonic()
+        milestone(
+            log,
+            Milestone.EVICTED,
+            "%s: on its way off the node",
+            ev.outcome.ref,
+            reason=self.reason,
+            pod=ev.outcome.ref,
+        )
         for pdb in ev.refused_by:  # the budgets that had refused it let it go
             self._budget_moved[pdb] = ev.outcome.evicted_at
         ev.outcome.note("")

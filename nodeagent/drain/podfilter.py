@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from nodeagent import objects
-from nodeagent.fence.reason import FinishedPods as FinishedPods
 from nodeagent.kube.client import JSON
+from nodeagent.types import FinishedPods
 
 # The one reader of a condition by type is nodeagent/objects.py; named here for its callers.
 find_condition = objects.condition

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from nodeagent.drain.engine import DrainOutcome, DrainResult, PodOutcome
+from nodeagent.drain.engine import DrainResult, PodOutcome
+from nodeagent.types import DrainOutcome
 
 
 def _by_reason(pods: list[PodOutcome]) -> str:

@@ -22,42 +22,26 @@ The precedence, highest first:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import Enum
 
 from nodeagent.config import EvacuateConfig
 from nodeagent.fence import marker
 from nodeagent.fence.marker import NodeFence
-from nodeagent.fence.reason import (
-    GOING_DOWN,
-    SHUTDOWN_REASONS,
-    EvacuatePolicy,
-    Policy,
-    Reason,
-    marker_reason,
-)
-from nodeagent.fence.warning import Notice, Warned, is_departed
+from nodeagent.fence.warning import Warned, is_departed
 from nodeagent.kube.client import JSON
 from nodeagent.report import conditions
 from nodeagent.report.conditions import Condition
-
-FINISHED = ("drained", "forced")  # drain results after which a node needs no new drain
-
-
-class Occasion(Enum):
-    """What prompted the decision."""
-
-    SHUTDOWN = "shutdown"  # logind's PrepareForShutdown(true), or SIGTERM
-    CANCELLED = "cancelled"  # PrepareForShutdown(false)
-    SETTLED = "settled"  # after start: the node is Ready (and settled) again
-    NODE = "node"  # the Node changed, or a retry came due
-
-
-class Step(Enum):
-    NOTHING = "nothing"
-    CORDON = "cordon"
-    DRAIN = "drain"
-    UNCORDON = "uncordon"
-    FORGET = "forget"  # clear the Node's note of a departed warning the endpoint dropped
+from nodeagent.types import (
+    FINISHED,
+    GOING_DOWN,
+    SHUTDOWN_REASONS,
+    EvacuatePolicy,
+    Notice,
+    Occasion,
+    Policy,
+    Reason,
+    Step,
+    marker_reason,
+)
 
 
 @dataclass(frozen=True)
@@ -76,9 +60,11 @@ class Observed:
     unclean: bool = False  # the previous boot ended without a drain (its condition stays)
     # Memory the Node cannot hold: a blocked evacuation waiting for its retry.
     retry_pending: bool = False
-    # The cloud's early warning acting now, if any; `warnings_known` is False until the
-    # metadata endpoint was first read (a warning's fence is not undone before).
+    # The cloud's early warning acting now, if any, and the others acting now behind it
+    # (fence/warning.Due.acting); `warnings_known` is False until the metadata endpoint
+    # was first read (a warning's fence is not undone before).
     warning: Warned | None = None
+    also_acting: tuple[Warned, ...] = ()
     warnings_known: bool = True
     warning_ids: frozenset[str] = frozenset()  # the event IDs the endpoint lists now
     # The Node's note (marker.WARNING_DEPARTED): the event ID of a warning whose departure
@@ -86,17 +72,28 @@ class Observed:
     warning_departed: str = ""
 
     @property
+    def acting(self) -> Warned | None:
+        """The warning acting now whose departure did not happen yet: one the endpoint
+        still lists after the machine came back hides none behind it. Departed warnings
+        are told apart here and nowhere else."""
+        for w in (self.warning, *self.also_acting):
+            if w and not is_departed(w.notice, self.fence, self.boot_id, self.warning_departed):
+                return w
+        return None
+
+    @property
+    def fencing(self) -> Warned | None:
+        """The warning acting now, if its policy fences the node."""
+        w = self.acting
+        return w if w is not None and w.policy is not Policy.NONE else None
+
+    @property
     def warning_fences(self) -> bool:
-        w = self.warning
-        return (
-            w is not None
-            and w.policy is not Policy.NONE
-            and not is_departed(w.notice, self.fence, self.boot_id, self.warning_departed)
-        )
+        return self.fencing is not None
 
     @property
     def evacuation_requested(self) -> bool:
-        return bool(self.taint) and self.evacuate_policy is not EvacuatePolicy.IGNORE
+        return asks_evacuation(self.taint, self.evacuate_policy)
 
 
 @dataclass(frozen=True)
@@ -124,9 +121,41 @@ class Decision:
 NOTHING = Decision(Step.NOTHING)
 
 
+def asks_evacuation(taint: str, policy: EvacuatePolicy) -> bool:
+    """An evacuate taint (`taint`, "" for none) whose policy does something."""
+    return bool(taint) and policy is not EvacuatePolicy.IGNORE
+
+
 def evacuation_asked(node: JSON, cfg: EvacuateConfig) -> bool:
     """The Node carries a configured evacuate taint whose policy does something."""
-    return cfg.policy != EvacuatePolicy.IGNORE and bool(marker.first_taint(node, cfg.taints))
+    return asks_evacuation(marker.first_taint(node, cfg.taints), cfg.policy)
+
+
+def preempts(occasion: Occasion, running: Reason, asked: bool, drains: bool) -> str:
+    """Why `occasion` stops the drain running for `running` at once, or "" when it waits
+    its turn. `asked`: an evacuation is asked now (evacuation_asked); `drains`: the
+    cloud's warning acting now asks for a drain (fence.warning.Heard.drains).
+
+    The worker takes signals in order and a drain can take minutes; these cannot wait
+    behind it, so the producer cancels the running drain's Context before queueing:
+
+    | Occasion | Producer | Pre-empts the running drain? |
+    | --- | --- | --- |
+    | SHUTDOWN | logind's PrepareForShutdown(true) (lockholder), SIGTERM (sigterm) | an evacuation's or a warning's drain |
+    | CANCELLED | logind's PrepareForShutdown(false) (lockholder) | the shutdown's drain |
+    | NODE | the own-Node watch, a blocked drain's retry | an evacuation's drain, when the taint is gone |
+    | NODE | the cloud's warnings changed, or a warning's time came | a warning's drain, when no warning asks a drain |
+    | SETTLED | the after-start reconcile, once the node is Ready | never |
+    """  # noqa: E501 (the table is read as a table)
+    if occasion is Occasion.SHUTDOWN and running.while_up:
+        return "the shutdown owns the node from here"
+    if occasion is Occasion.CANCELLED and not running.while_up:
+        return "the shutdown was called off"
+    if occasion is Occasion.NODE and running is Reason.EVACUATE and not asked:
+        return "evacuate taint removed during the drain"
+    if occasion is Occasion.NODE and running is Reason.WARNING and not drains:
+        return "the cloud's warning is over or asks for no drain now"
+    return ""
 
 
 def decide(o: Observed) -> Decision:
@@ -144,7 +173,7 @@ def decide(o: Observed) -> Decision:
 
 def _shutdown(o: Observed) -> Decision:
     reason = o.shutdown or Reason.UNKNOWN
-    warning = o.warning.notice if o.warning is not None and o.warning_fences else None
+    warning = o.fencing.notice if o.fencing is not None else None
     if o.shutdown_policy is Policy.CORDON:
         return Decision(Step.CORDON, reason, why=f"{reason}: policy cordon", warning=warning)
     if o.shutdown_policy is Policy.DRAIN:
@@ -153,11 +182,11 @@ def _shutdown(o: Observed) -> Decision:
 
 
 def _cancelled(o: Observed) -> Decision:
-    if o.warning is not None and o.warning_fences:
+    if o.fencing is not None:
         # The warning holds the fence; its drain, if it asks one, follows as a NODE step.
         # The marker becomes the warning's (nothing of the called-off shutdown is kept),
         # so the warning's end undoes the cordon.
-        cordon = _warning_cordon(o.warning.notice, "shutdown cancelled; cloud warning")
+        cordon = _warning_cordon(o.fencing.notice, "shutdown cancelled; cloud warning")
         return replace(cordon, keep=frozenset())
     if o.evacuation_requested:
         # Rewrite the marker to the evacuation's, so the shutdown's cordon of this boot
@@ -205,8 +234,8 @@ def _forgotten(o: Observed) -> bool:
 
 def _fence_step(o: Observed) -> Decision:
     fence = o.fence
-    if o.warning is not None and o.warning_fences:
-        return _warned(o, o.warning)
+    if o.fencing is not None:
+        return _warned(o, o.fencing)
     if fence.reason == Reason.WARNING and not o.warnings_known:
         return Decision(Step.NOTHING, why="a warning's fence; the endpoint not read yet")
     if fence.reason == Reason.WARNING and not o.taint:

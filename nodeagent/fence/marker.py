@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from nodeagent.fence.reason import DEPARTING
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, api_stamp, node_path
+from nodeagent.types import DEPARTING
 
 PREFIX = "nodeagent.io/"
 CORDONED_BY = PREFIX + "cordoned-by"
@@ -233,6 +233,12 @@ def _guarded_patch(kube: Kube, node: JSON, patch: JSON) -> None:
         if exc.status != 409:
             raise
         raise NodeChanged(f"node {node['metadata']['name']} changed since it was read") from None
+
+
+def record_boot(kube: Kube, name: str, boot: str) -> None:
+    """Note the boot the agent started in (LAST_BOOT_ID): the next one tells from it
+    whether this boot ended with a drain."""
+    kube.merge_patch(node_path(name), {"metadata": {"annotations": {LAST_BOOT_ID: boot}}})
 
 
 def record_result(kube: Kube, name: str, result: str) -> None:

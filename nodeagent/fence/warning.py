@@ -1,13 +1,13 @@
 """A cloud's early warning as the fence reads it, and which one acts now: pure, no I/O.
 
 The readers in nodeagent/cloud/ turn what the node's metadata endpoint says into
-`Notice`s; `due` picks the one that acts at a given time under the ``[warnings]`` policies
-(the strongest policy, then the soonest deadline). A scheduled event acts only from its
-start less the configured lead, so a node told days ahead keeps serving until then; a
-rebalance recommendation, which never ends by itself, acts only for its configured
-lifetime, so no node stays cordoned for a warning that did not come true. A notice gone
-from the endpoint (canceled, completed, or over) is simply absent: the decision then undoes
-what the warning did (nodeagent/fence/decision.py).
+`Notice`s (nodeagent/types.py); `due` picks the one that acts at a given time under the
+``[warnings]`` policies (the strongest policy, then the soonest deadline). A scheduled
+event acts only from its start less the configured lead, so a node told days ahead keeps
+serving until then; a rebalance recommendation, which never ends by itself, acts only for
+its configured lifetime, so no node stays cordoned for a warning that did not come true.
+A notice gone from the endpoint (canceled, completed, or over) is simply absent: the
+decision then undoes what the warning did (nodeagent/fence/decision.py).
 
 Times here are wall-clock epoch seconds: the cloud states them that way.
 """
@@ -15,13 +15,12 @@ Times here are wall-clock epoch seconds: the cloud states them that way.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from nodeagent.config import WarningsConfig
 from nodeagent.fence import marker
-from nodeagent.fence.reason import DEPARTING, Cloud, Policy, WarningKind
+from nodeagent.types import DEPARTING, Notice, Policy, WarningKind, stamp
 
 # The strongest policy acts when two warnings are due at once.
 _STRENGTH = {Policy.NONE: 0, Policy.CORDON: 1, Policy.DRAIN: 2}
@@ -35,25 +34,6 @@ FUTURE_LIMIT = {  # its deadline this far ahead (a scheduled event may be weeks 
     WarningKind.MAINTENANCE: 60 * 86400.0,
     WarningKind.REBALANCE: 86400.0,
 }
-
-
-@dataclass(frozen=True)
-class Notice:
-    """One warning the endpoint shows now."""
-
-    cloud: Cloud
-    kind: WarningKind
-    event_id: str  # the cloud's ID, or one derived from the notice (stable across polls)
-    what: str  # the cloud's own words: "spot terminate", "system-reboot", "Preempt"
-    deadline: float | None  # when the cloud acts (epoch seconds); None: not said
-    since: float  # when the notice was issued, or first seen (epoch seconds)
-    # Azure: the event names this VM alone, so approving it starts nothing for another VM.
-    approvable: bool = False
-
-    def describe(self) -> str:
-        """For the condition, Events and the log: what, which event, by when."""
-        at = f", at {stamp(self.deadline)}" if self.deadline is not None else ""
-        return f"{self.cloud} {self.kind} warning ({self.what}, event {self.event_id}{at})"
 
 
 def marker_notes(notice: Notice) -> dict[str, str]:
@@ -82,16 +62,33 @@ class Warned:
 
 @dataclass(frozen=True)
 class Due:
-    """What `due` found: the warning that acts now (if any), those that act later, and
-    when the answer next changes by time alone (math.inf: not by time)."""
+    """What `due` found: the warnings that act now (strongest policy first, then the
+    soonest deadline), those that act later, and when the answer next changes by time
+    alone (math.inf: not by time)."""
 
-    warned: Warned | None
+    acting: tuple[Warned, ...] = ()
     later: tuple[Notice, ...] = ()
     next_change: float = math.inf
 
+    @property
+    def warned(self) -> Warned | None:
+        """The warning that acts now, if any (whether it departed is the decision's)."""
+        return self.acting[0] if self.acting else None
 
-def stamp(epoch: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+@dataclass(frozen=True)
+class Heard:
+    """The cloud's warnings as the departure last heard them, handed into one decision
+    (nodeagent/departure/warnings.py keeps them; the decision reads only this)."""
+
+    known: bool = False  # the endpoint was read (a warning's fence is not undone before)
+    ids: frozenset[str] = frozenset()  # the event IDs the endpoint lists
+    acting: tuple[Warned, ...] = ()  # as Due.acting
+
+    @property
+    def drains(self) -> bool:
+        """The warning acting now asks for a drain."""
+        return bool(self.acting) and self.acting[0].policy is Policy.DRAIN
 
 
 def window(notice: Notice, cfg: WarningsConfig) -> tuple[float, float]:
@@ -106,7 +103,7 @@ def window(notice: Notice, cfg: WarningsConfig) -> tuple[float, float]:
 
 
 def due(notices: Iterable[Notice], cfg: WarningsConfig, now: float) -> Due:
-    """The warning acting at `now`: the strongest policy, then the soonest deadline."""
+    """The warnings acting at `now`: the strongest policy, then the soonest deadline."""
     acting: list[Warned] = []
     later: list[Notice] = []
     next_change = math.inf
@@ -118,10 +115,9 @@ def due(notices: Iterable[Notice], cfg: WarningsConfig, now: float) -> Due:
         elif now < end:
             acting.append(Warned(notice, cfg.policy(notice.kind)))
             next_change = min(next_change, end)
-    if not acting:
-        return Due(None, tuple(later), next_change)
-    first = max(acting, key=lambda w: (_STRENGTH[w.policy], -_deadline(w.notice)))
-    return Due(first, tuple(later), next_change)
+    # Stable: of two alike, the one the endpoint listed first.
+    acting.sort(key=lambda w: (-_STRENGTH[w.policy], _deadline(w.notice)))
+    return Due(tuple(acting), tuple(later), next_change)
 
 
 def _deadline(notice: Notice) -> float:

@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from nodeagent import metrics
 from nodeagent.host.logind import Inhibitor
-from nodeagent.report import metrics
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nodeagent.fence.reason import Reason
 from nodeagent.host.dbus import START_TIMEOUT, STOP_PATH_TIMEOUT, Bus, address, describe
+from nodeagent.types import Reason
 
 log = logging.getLogger(__name__)
 

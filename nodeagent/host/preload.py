@@ -56,7 +56,7 @@ def third_party(cfg: Config | None) -> tuple[str, ...]:
 # Not ``__main__`` (importing it runs the program), nor the click CLI: the entry point
 # (nodeagent/agent/launch.py) imports the CLI first thing or never, and a daemon started
 # without it spares the memory of click. Nor what only the CLI's one-shot commands import.
-CLI_ONLY = ("nodeagent.cli", "nodeagent.report.status", "nodeagent.drain.summary")
+CLI_ONLY = ("nodeagent.cli", "nodeagent.agent.status", "nodeagent.drain.summary")
 NOT_PRELOADED = ("nodeagent.__main__", *CLI_ONLY)
 
 

@@ -16,8 +16,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from nodeagent.fence.reason import Reason
 from nodeagent.host.dbus import START_TIMEOUT, STOP_PATH_TIMEOUT, Bus, describe
+from nodeagent.types import Reason
 
 SYSTEMD_NAME = "org.freedesktop.systemd1"
 SYSTEMD_PATH = "/org/freedesktop/systemd1"

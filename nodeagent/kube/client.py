@@ -244,7 +244,7 @@ def _set_read_timeout(resp: Any, seconds: float) -> None:
 
 
 def _count_throttled(method: str, path: str, wait: float) -> None:
-    from nodeagent.report import metrics  # as in identity.pdbs_forbidden: kept off one-shots
+    from nodeagent import metrics  # as in identity.pdbs_forbidden: kept off one-shots
 
     metrics.API_THROTTLED.labels(method).inc()
     log.debug(

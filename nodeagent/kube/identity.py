@@ -105,7 +105,7 @@ def pdbs_forbidden(exc: ApiError) -> None:
     watching them and retry refused evictions on backoff."""
     # Imported here: defining every metric costs a one-shot command (`nodeagent drain`)
     # about 30 ms at start (python -X importtime); the daemon has it loaded anyway.
-    from nodeagent.report import metrics
+    from nodeagent import metrics
 
     metrics.PDBS_UNREADABLE.set(1)
     if not _pdbs_said.is_set():

@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from nodeagent import metrics
 from nodeagent.config import RejectionConfig
 from nodeagent.context import Context
 from nodeagent.drain.podfilter import find_condition
@@ -59,7 +60,6 @@ from nodeagent.kube.watch import STUCK_AFTER, Reflector, node_pods
 from nodeagent.kube.workqueue import WorkQueue
 from nodeagent.rejection.journal import Journal, Recreation
 from nodeagent.rejection.wipe import PodRef, WipeResult, wipe
-from nodeagent.report import metrics
 from nodeagent.report.events import NORMAL, WARNING, EventRecorder
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
+from nodeagent import metrics
 from nodeagent.kube.client import JSON, Kube, KubeError, api_stamp
-from nodeagent.report import metrics
 
 log = logging.getLogger(__name__)
 

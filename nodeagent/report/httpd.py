@@ -12,6 +12,9 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
+from typing import Any
+
+from nodeagent import metrics
 
 log = logging.getLogger(__name__)
 
@@ -116,3 +119,32 @@ class Server:
                 break
             data += chunk
         return data
+
+
+def serve(address: str, unhealthy: Callable[[], list[str]] = list) -> Any:
+    """Serve /metrics and /healthz on `host:port` ('' disables it).
+
+    /healthz is 200 while every loop makes progress and 503 naming the stalled loops
+    otherwise, the same rule that feeds the systemd watchdog.
+    """
+    if not address:
+        return None
+
+    def page(path: str) -> Reply:
+        if path == "/metrics":
+            return 200, metrics.enable().exposition(), metrics.CONTENT_TYPE
+        if path == "/healthz":
+            stalled = unhealthy()
+            text = f"stalled: {', '.join(stalled)}\n" if stalled else "ok\n"
+            return 503 if stalled else 200, text.encode(), "text/plain"
+        return 404, b"not found\n", "text/plain"
+
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        server = Server(host, int(port), page)
+    except (OSError, ValueError) as exc:
+        log.warning("metrics server on %s not started: %s", address, exc)
+        return None
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server

@@ -1,4 +1,6 @@
-"""Prometheus metrics and /healthz on a local port (loopback by default).
+"""Prometheus metrics, at the bottom of the package: every part counts into them (the API
+client its throttled requests, the drain its evictions, the clouds' readers their doubts)
+and they import nothing of it. nodeagent/report/httpd.py serves them, with /healthz.
 
 The metrics are declared here and created in a registry by `enable()`, which the daemon
 calls first thing. Until then every update is dropped: a one-shot `nodeagent drain`
@@ -18,10 +20,9 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Protocol
+from typing import Protocol
 
 log = logging.getLogger(__name__)
 
@@ -389,33 +390,3 @@ LEFTOVERS_DELETED = Metric(
 
 def loop_succeeded(loop: str) -> None:
     LOOP_LAST_SUCCESS.labels(loop).set(time.time())
-
-
-def serve(address: str, unhealthy: Callable[[], list[str]] = list) -> Any:
-    """Serve /metrics and /healthz on `host:port` ('' disables it).
-
-    /healthz is 200 while every loop makes progress and 503 naming the stalled loops
-    otherwise, the same rule that feeds the systemd watchdog.
-    """
-    if not address:
-        return None
-    from nodeagent.report.httpd import Reply, Server
-
-    def page(path: str) -> Reply:
-        if path == "/metrics":
-            return 200, enable().exposition(), CONTENT_TYPE
-        if path == "/healthz":
-            stalled = unhealthy()
-            text = f"stalled: {', '.join(stalled)}\n" if stalled else "ok\n"
-            return 503 if stalled else 200, text.encode(), "text/plain"
-        return 404, b"not found\n", "text/plain"
-
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
-    try:
-        server = Server(host, int(port), page)
-    except (OSError, ValueError) as exc:
-        log.warning("metrics server on %s not started: %s", address, exc)
-        return None
-    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
-    return server
