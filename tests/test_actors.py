@@ -602,7 +602,8 @@ def test_nth_spot_interruption_taints_labels_and_drains(group: Group) -> None:
     node = g.obj()
     [spot] = [t for t in api.taints(node) if t["key"] == nth.SPOT_ITN]
     assert spot == {"key": nth.SPOT_ITN, "value": "spot-itn-0123", "effect": "NoSchedule"}
-    assert nth.OUT_OF_SERVICE in api.taints(node)
+    [oos] = [t for t in api.taints(node) if t["key"] == nth.OUT_OF_SERVICE["key"]]
+    assert (oos["value"], oos["effect"]) == ("nodeshutdown", "NoExecute")
     assert api.labels_of(node)[nth.EXCLUDE_LB] == nth.COMPONENT
     assert node["spec"]["unschedulable"] is True and not g.pods("web")
     pod_events = g.kube.request(

@@ -20,6 +20,8 @@
   do-not-disrupt pods are waited for but not evicted (pkg/utils/pod/scheduling.go); then
   the wait for VolumeAttachments, the cloud's Delete, and the finalizer removed by
   strategic merge patch (removeFinalizer), which lets the API server delete the Node.
+  Not modelled: a NodeClaim's terminationGracePeriod (pods deleted past it), the eviction
+  queue's backoff (a refused pod is asked again on the next 1s pass).
 
 Karpenter never sets spec.unschedulable.
 """
@@ -27,9 +29,10 @@ Karpenter never sets spec.unschedulable.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TypeVar
 
 from hack.actors import api
 from hack.actors.api import Bound
@@ -46,6 +49,7 @@ EXCLUDE_LB = "node.kubernetes.io/exclude-from-external-load-balancers"
 CRITICAL = ("system-cluster-critical", "system-node-critical")
 STUCK_AFTER = 60.0  # IsStuckTerminating: deletionTimestamp more than a minute ago
 MIN_DRAIN_TIME = 5.0  # termination/controller.go MinDrainTime
+T = TypeVar("T")
 
 
 class Tier(Enum):
@@ -164,7 +168,10 @@ class Karpenter:
 
     def register(self, name: str, nodepool: str = "default") -> JSON:
         """registration.go syncNode: the finalizer and the NodeClaim's labels in one merge
-        patch with the optimistic lock."""
+        patch with the optimistic lock (a 409 requeues: read again, patch again)."""
+        return _requeued(lambda: self._register(name, nodepool))
+
+    def _register(self, name: str, nodepool: str) -> JSON:
         node = api.get_node(self.kube, name)
         finalizers = list(node["metadata"].get("finalizers") or [])
         if FINALIZER not in finalizers:
@@ -179,8 +186,12 @@ class Karpenter:
 
     def require_taint(self, name: str, add: bool) -> bool:
         """statenode.go RequireNoScheduleTaint: add or remove karpenter.sh/disrupted
-        (matched by key and effect), optimistic-lock merge patch of the whole taint list.
-        A deleting Node that has the taint is left alone. Returns whether it patched."""
+        (matched by key and effect), optimistic-lock merge patch of the whole taint list,
+        retried (retry.OnError) on a conflict. A deleting Node that has the taint is left
+        alone. Returns whether it patched."""
+        return _requeued(lambda: self._require_taint(name, add))
+
+    def _require_taint(self, name: str, add: bool) -> bool:
         node = api.get_node(self.kube, name)
         has = any(_match(t) for t in api.taints(node))
         if has and node["metadata"].get("deletionTimestamp"):
@@ -312,6 +323,18 @@ class Karpenter:
                 break
             limit.sleep(self.requeue, f"Karpenter's termination of {name}")
         return phases
+
+
+def _requeued(write: Callable[[], T], attempts: int = 5) -> T:
+    """A write with the optimistic lock, tried again on 409 (the controllers requeue)."""
+    for _ in range(attempts - 1):
+        try:
+            return write()
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            time.sleep(0.1)
+    return write()
 
 
 def _match(taint: JSON) -> bool:

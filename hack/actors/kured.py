@@ -168,17 +168,23 @@ class Kured:
         if labels:
             self.kube.strategic_patch(node_path(self.node), {"metadata": {"labels": labels}})
 
-    def annotate(self) -> None:
+    def annotate(self, attempts: int = 5) -> None:
         """main.go addNodeAnnotations: the Node read, annotated and sent whole as a strategic
-        merge patch."""
-        node = api.get_node(self.kube, self.node)
-        if REBOOT_IN_PROGRESS in api.annotations_of(node):
-            return
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        node["metadata"].setdefault("annotations", {}).update(
-            {REBOOT_IN_PROGRESS: now, MOST_RECENT_REBOOT_NEEDED: now}
-        )
-        self.kube.strategic_patch(node_path(self.node), node)
+        merge patch; its resourceVersion makes a Node changed in between a 409, after which
+        kured tries again on its next tick (here at once)."""
+        for attempt in range(attempts):
+            node = api.get_node(self.kube, self.node)
+            if REBOOT_IN_PROGRESS in api.annotations_of(node):
+                return
+            now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            stamps = {REBOOT_IN_PROGRESS: now, MOST_RECENT_REBOOT_NEEDED: now}
+            node["metadata"].setdefault("annotations", {}).update(stamps)
+            try:
+                self.kube.strategic_patch(node_path(self.node), node)
+                return
+            except ApiError as exc:
+                if exc.status != 409 or attempt == attempts - 1:
+                    raise
 
     def drain(self, node: JSON) -> None:
         """main.go drain: pre-reboot labels, cordon, RunNodeDrain (raises DrainError)."""
