@@ -1,0 +1,188 @@
+"""The real Karpenter against the harness's control plane: sigs.k8s.io/karpenter v1.15.0, its
+kwok provider (built from the Go module proxy by hack/build-karpenter.sh), whose cloud
+provider creates the Node objects that the simulated kubelet then runs (the NodePool's
+template labels them nodeagent.io/simulated). Its provisioning, registration (finalizer,
+labels), disruption and Node termination (taint, load-balancer label, tiered drain,
+do-not-disrupt, finalizer) are Karpenter's own code; only the instances are fake.
+
+The NodePool carries a taint of its own, so that Karpenter launches nodes only for the pods
+of the test that tolerates it, never for another test's pending pods.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import yaml
+
+from hack.agentproc import free_port
+from hack.kubeutil import GROUP_LABEL, SIM_LABEL, wait_until
+from nodeagent.kube.client import JSON, ApiError, Kube, node_path
+
+REPO = Path(__file__).resolve().parent.parent.parent
+NAMESPACE = "karpenter"
+POOL_TAINT = "test.nodeagent.io/karpenter"
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
+INITIALIZED = "karpenter.sh/initialized"
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def binary() -> Path:
+    """The kwok provider's path, built (and cached) on first use."""
+    out = subprocess.run(
+        [str(REPO / "hack" / "build-karpenter.sh")], check=True, capture_output=True, text=True
+    )
+    return Path(out.stdout.strip())
+
+
+def install_crds(kube: Kube, directory: Path) -> None:
+    """Karpenter's CRDs of the same version (NodePool, NodeClaim, NodeOverlay,
+    KWOKNodeClass, CapacityBuffer), each waited for until Established."""
+    for path in sorted(directory.glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        try:
+            kube.post(CRDS, crd)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+        name = str(crd["metadata"]["name"])
+        wait_until(partial(_established, kube, name), 30, f"CRD {name} established")
+
+
+def _established(kube: Kube, name: str) -> bool:
+    conds = (kube.get(f"{CRDS}/{name}").get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
+
+
+def toleration(group: str) -> JSON:
+    """What a pod needs to run on (and be provisioned for by) this NodePool."""
+    return {"key": POOL_TAINT, "operator": "Equal", "value": group, "effect": "NoSchedule"}
+
+
+def _ensure(kube: Kube, path: str, body: JSON) -> None:
+    try:
+        kube.post(path, body)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+
+
+@dataclass
+class RealKarpenter:
+    kube: Kube
+    group: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    @classmethod
+    def start(cls, kube: Kube, kubeconfig: str, group: str, workdir: Path) -> RealKarpenter:
+        """Install the CRDs, start the controller, create a KWOKNodeClass and a NodePool
+        named `group` whose nodes carry the group label."""
+        exe = binary()
+        install_crds(kube, exe.parent / "crds")
+        _ensure(kube, "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+        log = workdir / f"karpenter-{group}.log"
+        env = dict(
+            os.environ,
+            KUBECONFIG=kubeconfig,
+            SYSTEM_NAMESPACE=NAMESPACE,
+            DISABLE_LEADER_ELECTION="true",
+            METRICS_PORT=str(free_port()),
+            HEALTH_PROBE_PORT=str(free_port()),
+            LOG_LEVEL="debug",
+        )
+        with log.open("ab") as out:
+            proc = subprocess.Popen([str(exe)], env=env, stdout=out, stderr=subprocess.STDOUT)
+        karp = cls(kube, group, proc, log)
+        karp._pool()
+        return karp
+
+    def _pool(self) -> None:
+        kube, group = self.kube, self.group
+        nodeclass: JSON = {"apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass"}
+        nodeclass["metadata"] = {"name": group}
+        _ensure(kube, "/apis/karpenter.kwok.sh/v1alpha1/kwoknodeclasses", nodeclass)
+        ref = {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": group}
+        linux = {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}
+        template = {
+            "metadata": {"labels": {SIM_LABEL: "true", GROUP_LABEL: group}},
+            "spec": {
+                "nodeClassRef": ref,
+                "expireAfter": "Never",
+                "requirements": [linux],
+                "taints": [{"key": POOL_TAINT, "value": group, "effect": "NoSchedule"}],
+            },
+        }
+        spec = {
+            "template": template,
+            "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"},
+        }
+        pool: JSON = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool"}
+        pool |= {"metadata": {"name": group}, "spec": spec}
+        _ensure(kube, "/apis/karpenter.sh/v1/nodepools", pool)
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def nodes(self) -> list[JSON]:
+        query = {"labelSelector": f"{NODEPOOL_LABEL}={self.group}"}
+        return list(self.kube.request("GET", "/api/v1/nodes", query=query)["items"])
+
+    def wait_node(self, timeout: float = 120) -> str:
+        """A node Karpenter launched, registered and initialized for this NodePool."""
+
+        def ready() -> str:
+            if not self.running():
+                raise AssertionError(f"Karpenter exited with {self.proc.returncode}: {self.log}")
+            for node in self.nodes():
+                if node["metadata"]["labels"].get(INITIALIZED) == "true":
+                    return str(node["metadata"]["name"])
+            return ""
+
+        return str(wait_until(ready, timeout, f"Karpenter's node for {self.group}"))
+
+    def stop(self) -> None:
+        """Stop the controller (the process this object started), then delete the NodePool
+        and whatever nodes it left, finalizers taken off: no Karpenter is left to act."""
+        if self.running():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        for path in (
+            f"/apis/karpenter.sh/v1/nodepools/{self.group}",
+            f"/apis/karpenter.kwok.sh/v1alpha1/kwoknodeclasses/{self.group}",
+        ):
+            _delete(self.kube, path)
+        claims = self.kube.get("/apis/karpenter.sh/v1/nodeclaims")["items"]
+        for claim in claims:
+            if claim["metadata"].get("labels", {}).get(NODEPOOL_LABEL) == self.group:
+                path = f"/apis/karpenter.sh/v1/nodeclaims/{claim['metadata']['name']}"
+                _release(self.kube, path)
+        for node in self.nodes():
+            _release(self.kube, node_path(node["metadata"]["name"]))
+
+
+def _delete(kube: Kube, path: str) -> None:
+    try:
+        kube.delete(path)
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+
+
+def _release(kube: Kube, path: str) -> None:
+    """Take the finalizers off and delete: the object's controller is gone."""
+    try:
+        kube.merge_patch(path, {"metadata": {"finalizers": None}})
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+    _delete(kube, path)
