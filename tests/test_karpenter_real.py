@@ -6,6 +6,7 @@ proxy on first use (hack/build-karpenter.sh), hence the artifacts tier."""
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 from hack import kubeutil as ku
 from hack.actors import api, karpenter
 from hack.actors.karpenter_real import RealKarpenter, toleration
+from hack.localcluster.kubelet_sim import BOOT_ID
 from nodeagent.kube.client import JSON, Kube, node_path, pods_path
 
 
@@ -85,3 +87,29 @@ def test_real_karpenter_terminates_a_node(real: RealKarpenter) -> None:
     assert deletion_stamp(kube, ns, "batch") != ""
     assert deletion_stamp(kube, ns, ds_name) != ""
     assert deletion_stamp(kube, ns, "tolerant") == ""  # never evicted
+
+
+def test_real_karpenter_reboots_a_node(real: RealKarpenter) -> None:
+    """Karpenter v1.15's reboot (repair's Rebooting condition): taint karpenter.sh/rebooting,
+    never a cordon, the pods evicted, the initialized label taken off, the provider's reboot
+    (kwok: a bootID status patch, which the simulated kubelet's next status overwrites, so
+    the harness reboots the node its way), then the taint gone once a new boot shows."""
+    kube, ns, group = real.kube, real.group, real.group
+    ku.deployment(kube, ns, "web", group, 2, tolerations=[toleration(group)])
+    node = real.wait_node()
+    ku.wait_running(kube, node, 2, timeout=60)
+
+    real.request_reboot(node)
+    ku.wait_until(lambda: real.rebooting(node) == "RebootIssued", 60, "the reboot issued")
+    fenced = ku.node(kube, node)
+    assert karpenter.REBOOTING_TAINT in api.taints(fenced)
+    assert not fenced["spec"].get("unschedulable")
+    assert karpenter.INITIALIZED not in api.labels_of(fenced)
+    assert not on_node(kube, node, "web")  # evicted, pending: no node takes them
+
+    reboot = {"metadata": {"annotations": {BOOT_ID: str(uuid.uuid4())}}}
+    kube.merge_patch(node_path(node), reboot)
+    ku.wait_until(lambda: real.rebooting(node) == "RebootSucceeded", 60, "the reboot observed")
+    after = ku.node(kube, node)
+    assert not api.has_taint(after, karpenter.REBOOTING) and not after["spec"].get("unschedulable")
+    ku.wait_running(kube, node, 2, timeout=60)

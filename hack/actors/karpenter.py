@@ -43,6 +43,12 @@ FINALIZER = "karpenter.sh/termination"  # pkg/apis/v1/labels.go TerminationFinal
 DISRUPTED = "karpenter.sh/disrupted"  # pkg/apis/v1/taints.go DisruptedTaintKey
 DISRUPTED_TAINT = {"key": DISRUPTED, "effect": "NoSchedule"}
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+# v1.15.0 pkg/apis/v1/taints.go: the reboot controller's fence (nodeclaim/reboot/controller.go
+# ensureRebootTaint, a merge patch of the taint list without the optimistic lock), removed
+# once the Node shows a new bootID; the label karpenter.sh/initialized goes meanwhile.
+REBOOTING = "karpenter.sh/rebooting"
+REBOOTING_TAINT = {"key": REBOOTING, "effect": "NoSchedule"}
+INITIALIZED = "karpenter.sh/initialized"
 NODEPOOL = "karpenter.sh/nodepool"
 REGISTERED = "karpenter.sh/registered"
 EXCLUDE_LB = "node.kubernetes.io/exclude-from-external-load-balancers"

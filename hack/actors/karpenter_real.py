@@ -22,7 +22,7 @@ import yaml
 
 from hack.agentproc import free_port
 from hack.kubeutil import GROUP_LABEL, SIM_LABEL, wait_until
-from nodeagent.kube.client import JSON, ApiError, Kube, node_path
+from nodeagent.kube.client import JSON, ApiError, Kube, api_stamp, node_path
 
 REPO = Path(__file__).resolve().parent.parent.parent
 NAMESPACE = "karpenter"
@@ -145,6 +145,38 @@ class RealKarpenter:
             return ""
 
         return str(wait_until(ready, timeout, f"Karpenter's node for {self.group}"))
+
+    def nodeclaim(self, node: str) -> JSON:
+        claims = self.kube.get("/apis/karpenter.sh/v1/nodeclaims")["items"]
+        [claim] = [c for c in claims if (c.get("status") or {}).get("nodeName") == node]
+        return dict(claim)
+
+    def request_reboot(self, node: str) -> None:
+        """What Karpenter's repair controller writes to reboot a node
+        (pkg/controllers/disruption/repair.go, v1.15.0): the NodeClaim's condition
+        Rebooting=True, reason RebootRequested, by status merge patch with the optimistic
+        lock. The reboot controller (pkg/controllers/nodeclaim/reboot) does the rest."""
+        claim = self.nodeclaim(node)
+        meta = claim["metadata"]
+        kept = [c for c in claim["status"].get("conditions") or [] if c["type"] != "Rebooting"]
+        rebooting = {
+            "type": "Rebooting",
+            "status": "True",
+            "reason": "RebootRequested",
+            "message": "rebooting for a test",
+            "lastTransitionTime": api_stamp(),
+            "observedGeneration": meta["generation"],
+        }
+        body = {
+            "metadata": {"resourceVersion": meta["resourceVersion"]},
+            "status": {"conditions": [*kept, rebooting]},
+        }
+        self.kube.merge_patch(f"/apis/karpenter.sh/v1/nodeclaims/{meta['name']}/status", body)
+
+    def rebooting(self, node: str) -> str:
+        """The reason of the NodeClaim's Rebooting condition ("" when it has none)."""
+        conds = self.nodeclaim(node)["status"].get("conditions") or []
+        return next((str(c["reason"]) for c in conds if c["type"] == "Rebooting"), "")
 
     def stop(self) -> None:
         """Stop the controller (the process this object started), then delete the NodePool
