@@ -6,10 +6,17 @@ bound on every wait."""
 from __future__ import annotations
 
 import copy
+import signal
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
 
+import yaml
+
+from hack.kubeutil import wait_until
 from nodeagent.kube.client import JSON, ApiError, Kube, api_stamp, node_path, pods_path
 
 PolicyV1 = "policy/v1"
@@ -237,3 +244,71 @@ def delete_node(kube: Kube, name: str) -> bool:
             return False
         raise
     return True
+
+
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def yaml_files(directory: Path) -> list[JSON]:
+    """Every document of every *.yaml file in `directory`, in name order."""
+    docs: list[JSON] = []
+    for path in sorted(directory.glob("*.yaml")):
+        docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return docs
+
+
+def install_crds(kube: Kube, crds: Iterable[JSON], timeout: float = 30.0) -> None:
+    """Create the CRDs (one already there is kept) and wait until each is Established."""
+    for crd in crds:
+        try:
+            kube.post(CRDS, crd)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+        name = str(crd["metadata"]["name"])
+        wait_until(partial(_established, kube, name), timeout, f"CRD {name} established")
+
+
+def _established(kube: Kube, name: str) -> bool:
+    conds = (kube.get(f"{CRDS}/{name}").get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
+
+
+def delete_path(kube: Kube, path: str) -> None:
+    """DELETE, a 404 being as good."""
+    try:
+        kube.delete(path)
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+
+
+def release(kube: Kube, path: str) -> None:
+    """Take an object's finalizers off and delete it: its controller is gone."""
+    try:
+        kube.merge_patch(path, {"metadata": {"finalizers": None}})
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+    delete_path(kube, path)
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the controller this harness started, SIGKILL after 15s."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+HACK = Path(__file__).resolve().parent.parent
+
+
+def built(script: str) -> Path:
+    """The path a hack/ build script prints: the binary, built and cached on first use."""
+    out = subprocess.run([str(HACK / script)], check=True, capture_output=True, text=True)
+    return Path(out.stdout.strip())

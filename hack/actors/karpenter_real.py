@@ -12,51 +12,19 @@ of the test that tolerates it, never for another test's pending pods.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
-import yaml
-
+from hack.actors import api
 from hack.agentproc import free_port
 from hack.kubeutil import GROUP_LABEL, SIM_LABEL, wait_until
 from nodeagent.kube.client import JSON, ApiError, Kube, api_stamp, node_path
 
-REPO = Path(__file__).resolve().parent.parent.parent
 NAMESPACE = "karpenter"
 POOL_TAINT = "test.nodeagent.io/karpenter"
 NODEPOOL_LABEL = "karpenter.sh/nodepool"
 INITIALIZED = "karpenter.sh/initialized"
-CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-
-
-def binary() -> Path:
-    """The kwok provider's path, built (and cached) on first use."""
-    out = subprocess.run(
-        [str(REPO / "hack" / "build-karpenter.sh")], check=True, capture_output=True, text=True
-    )
-    return Path(out.stdout.strip())
-
-
-def install_crds(kube: Kube, directory: Path) -> None:
-    """Karpenter's CRDs of the same version (NodePool, NodeClaim, NodeOverlay,
-    KWOKNodeClass, CapacityBuffer), each waited for until Established."""
-    for path in sorted(directory.glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text())
-        try:
-            kube.post(CRDS, crd)
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
-        name = str(crd["metadata"]["name"])
-        wait_until(partial(_established, kube, name), 30, f"CRD {name} established")
-
-
-def _established(kube: Kube, name: str) -> bool:
-    conds = (kube.get(f"{CRDS}/{name}").get("status") or {}).get("conditions") or []
-    return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
 
 
 def toleration(group: str) -> JSON:
@@ -83,8 +51,8 @@ class RealKarpenter:
     def start(cls, kube: Kube, kubeconfig: str, group: str, workdir: Path) -> RealKarpenter:
         """Install the CRDs, start the controller, create a KWOKNodeClass and a NodePool
         named `group` whose nodes carry the group label."""
-        exe = binary()
-        install_crds(kube, exe.parent / "crds")
+        exe = api.built("build-karpenter.sh")  # built and cached on first use
+        api.install_crds(kube, api.yaml_files(exe.parent / "crds"))
         _ensure(kube, "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
         log = workdir / f"karpenter-{group}.log"
         env = dict(
@@ -99,7 +67,11 @@ class RealKarpenter:
         with log.open("ab") as out:
             proc = subprocess.Popen([str(exe)], env=env, stdout=out, stderr=subprocess.STDOUT)
         karp = cls(kube, group, proc, log)
-        karp._pool()
+        try:
+            karp._pool()
+        except BaseException:
+            api.stop_process(proc)
+            raise
         return karp
 
     def _pool(self) -> None:
@@ -181,40 +153,16 @@ class RealKarpenter:
     def stop(self) -> None:
         """Stop the controller (the process this object started), then delete the NodePool
         and whatever nodes it left, finalizers taken off: no Karpenter is left to act."""
-        if self.running():
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        api.stop_process(self.proc)
         for path in (
             f"/apis/karpenter.sh/v1/nodepools/{self.group}",
             f"/apis/karpenter.kwok.sh/v1alpha1/kwoknodeclasses/{self.group}",
         ):
-            _delete(self.kube, path)
+            api.delete_path(self.kube, path)
         claims = self.kube.get("/apis/karpenter.sh/v1/nodeclaims")["items"]
         for claim in claims:
             if claim["metadata"].get("labels", {}).get(NODEPOOL_LABEL) == self.group:
                 path = f"/apis/karpenter.sh/v1/nodeclaims/{claim['metadata']['name']}"
-                _release(self.kube, path)
+                api.release(self.kube, path)
         for node in self.nodes():
-            _release(self.kube, node_path(node["metadata"]["name"]))
-
-
-def _delete(kube: Kube, path: str) -> None:
-    try:
-        kube.delete(path)
-    except ApiError as exc:
-        if exc.status != 404:
-            raise
-
-
-def _release(kube: Kube, path: str) -> None:
-    """Take the finalizers off and delete: the object's controller is gone."""
-    try:
-        kube.merge_patch(path, {"metadata": {"finalizers": None}})
-    except ApiError as exc:
-        if exc.status != 404:
-            raise
-    _delete(kube, path)
+            api.release(self.kube, node_path(node["metadata"]["name"]))
