@@ -54,6 +54,8 @@ ARTIFACT_MODULES = (
     "tests.test_chart",
     "hack.chart",
     "hack.aemm",  # built from the Go module proxy on first use
+    "hack.actors.karpenter_real",  # likewise (hack/build-karpenter.sh)
+    "hack.actors.cluster_api_real",  # likewise (hack/build-cluster-api.sh)
     "hack.promtool",
     "tests.test_dist_sums",
 )
