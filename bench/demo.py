@@ -28,6 +28,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: the checkout is the import root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from hack import preflight
 from hack.departure.kinds import CONFIGS, Kind
 from hack.departure.scene import Scene
 from hack.departure.summary import summarize
@@ -195,6 +196,7 @@ def control_plane(root: Path) -> Iterator[Cluster]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    preflight.require("bench/demo.py", argv)
     parser = argparse.ArgumentParser(prog="hack/demo", description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, help="keep the work files (journals) here")
     args = parser.parse_args(argv)
