@@ -19,6 +19,7 @@ with the host's python3, before any venv exists.
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import os
 import re
@@ -32,6 +33,7 @@ from pathlib import Path
 EX_UNAVAILABLE = 69
 REPO = Path(__file__).resolve().parent.parent
 SETUP = "hack/setup installs the Debian packages"
+VENV = "hack/setup installs it in .venv"
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,20 @@ class Device(Plain):
 
 
 @dataclass(frozen=True)
+class Module(Plain):
+    """A Python module of an optional extra, in this interpreter (a Python entry point's)."""
+
+    name: str
+    extra: str
+
+    def met(self, env: Env) -> bool:
+        return importlib.util.find_spec(self.name) is not None
+
+    def describe(self) -> str:
+        return f"the Python module {self.name} (pip install -e '.[{self.extra}]'; {VENV})"
+
+
+@dataclass(frozen=True)
 class Go:
     """The Go toolchain the builds use (GOTOOLCHAIN=local: no other is fetched), at least
     the newest `go` line of the repo's Go modules."""
@@ -115,7 +131,7 @@ class Go:
         return f"go {want} or newer on PATH ({have}; Debian 12's golang-go is too old)"
 
 
-Need = Tool | Root | Device | Go
+Need = Tool | Root | Device | Module | Go
 
 
 @dataclass(frozen=True)
@@ -155,7 +171,7 @@ TABLE = (
     Row("hack/setup", (GO,), unless=("--venv-only",)),
     Row("hack/test", (Root("the system tier boots nspawn machines"), GO), unless=("--fast",)),
     Row("hack/demo", (ROOT_NODES, GO)),
-    Row("bench/demo.py", (*NODE, *CLIENT)),
+    Row("bench/demo.py", (*NODE, *CLIENT, Module("matplotlib", "demo"))),
     Row("bench/departure.py", (*NODE, *CLIENT)),
     Row("bench/departure.py", (*VM, TUN), when=("--shape=vm",)),
     Row("hack/vm", NODE),

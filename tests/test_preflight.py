@@ -224,3 +224,14 @@ def test_root_is_named_for_another_user() -> None:
     line = preflight.missing_line("hack/demo", [], Env(os.environ["PATH"], 1000))
     assert line is not None and line.startswith("hack/demo: needs root (")
     assert isinstance(preflight.needs("hack/demo", [])[0], Root)
+
+
+def test_a_missing_python_module_is_named() -> None:
+    need = preflight.Module("no_such_module_here", "demo")
+    assert not need.met(Env("", 0))
+    assert need.line(Env("", 0)) == (
+        "the Python module no_such_module_here (pip install -e '.[demo]'; "
+        "hack/setup installs it in .venv)"
+    )
+    assert preflight.Module("json", "demo").met(Env("", 0))
+    assert "matplotlib" in [getattr(n, "name", "") for n in preflight.needs("bench/demo.py", [])]
