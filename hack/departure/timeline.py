@@ -147,6 +147,9 @@ def draw(panels: Sequence[Panel], svg: Path, png: bool = True) -> list[Path]:
         axes = fig.subplots(len(panels), 1, sharex=True, sharey=True, squeeze=False)[:, 0]
         for index, (ax, panel) in enumerate(zip(axes, panels, strict=True)):
             _panel(ax, panel, index)
+        # After every panel: a limit set while drawing the first would cut the others' peaks.
+        top = max((n for p in panels for n in p.sent), default=1)
+        axes[0].set_ylim(0, top * 1.08)
         axes[-1].set_xlabel("seconds from the poweroff")
         svg.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(svg, format="svg", metadata={"Date": None})
@@ -176,7 +179,6 @@ def _panel(ax: Axes, panel: Panel, index: int) -> None:
     ax.set_title(f"{panel.title}: {total} requests, {lost} failed", loc="left",
                  color=FAILED_COLOUR if lost else "#222222", fontweight="bold")  # fmt: skip
     ax.set_ylabel("requests per second")
-    ax.set_ylim(bottom=0)
     ax.grid(alpha=0.25)
     ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False, fontsize=8)
 
@@ -192,8 +194,8 @@ def _kinds(markers: Iterable[Marker]) -> list[tuple[str, list[Marker]]]:
 def _legend(name: str, group: Sequence[Marker], origin: float) -> str:
     first, last = group[0].at - origin, group[-1].at - origin
     if len(group) == 1:
-        return f"{name} {first:+.1f} s"
-    return f"{name} x{len(group)} {first:+.1f} to {last:+.1f} s"
+        return f"{name} {first:+.2f} s"
+    return f"{name} x{len(group)} {first:+.2f} to {last:+.2f} s"
 
 
 def _slug(name: str) -> str:
