@@ -192,23 +192,14 @@ def departure(cluster: Cluster, root: Path, config: str) -> tuple[dict[str, Any]
 
 def timeline_panel(scene: Scene, result: Departure, deleted: dict[str, float], title: str
                    ) -> timeline.Panel:  # fmt: skip
-    """The departure's requests and markers: the agent's journal lines (read from the node,
-    off by now), each pod's deletion as the narrator's poll saw it (an eviction where the
-    agent runs), kube-proxy's endpoints without the departed pods, and the power off."""
-    start = result.started
+    """The departure on the timeline, with the agent's journal lines read from the node (off
+    by now); without them (not readable) the picture lacks only their markers."""
     lines: list[tuple[float, str]] = []
     if scene.config.agent:
-        with contextlib.suppress(Exception):  # a journal not readable: the picture without it
+        with contextlib.suppress(Exception):
             entries = scene.leaving.journal("-u", "nodeagent.service")
             lines = [(realtime(e), e["MESSAGE"]) for e in entries]
-    deletion = timeline.EVICTION if scene.config.agent else "pod deleted"
-    markers = [timeline.Marker(timeline.ASKED, result.poweroff_at or start),
-               *timeline.journal_markers(lines, start),
-               *(timeline.Marker(deletion, at) for at in deleted.values())]  # fmt: skip
-    removed = timeline.endpoints_removed(result.endpoints, result.leaving_ips, start)
-    markers += [removed] if removed is not None else []
-    markers += [timeline.Marker(timeline.OFF, result.off)] if result.off is not None else []
-    return timeline.Panel.from_requests(title, result.steady, start, markers)
+    return timeline.departure_panel(title, result, lines, deleted, scene.config.agent)
 
 
 def _verdict(cell: dict[str, Any]) -> str:

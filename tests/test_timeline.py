@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from hack.departure import timeline as tl
+from hack.departure.scene import Departure
 from hack.departure.timeline import Marker, Panel
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -72,6 +73,28 @@ def test_endpoints_removed_when_none_of_the_pods_is_left() -> None:
     marker = tl.endpoints_removed(changes, {"10.1.0.4", "10.1.0.6"}, T0)
     assert marker == Marker(tl.ENDPOINTS, T0 + 2)
     assert tl.endpoints_removed(changes[:2], {"10.1.0.4", "10.1.0.6"}, T0) is None
+
+
+@pytest.mark.parametrize("agent", [True, False])
+def test_departure_panel(agent: bool) -> None:
+    """What bench/demo.py draws from scene.py's Departure: each source's marker, relative to
+    the departure's start, and the client's steady requests only."""
+    result = Departure(
+        kind="poweroff", config="nodeagent" if agent else "none", started=T0, released=None,
+        off=T0 + 20.0, steady=rows([(-6, 23, True)]), long=rows([(-1, 19, True)]),
+        endpoints=[(T0 - 5, ["10.1.0.4:8080", "10.2.0.5:8080"]), (T0 + 2.1, ["10.2.0.5:8080"])],
+        leaving_ips=["10.1.0.4"], leaving_pods=["web-1"], poweroff_at=T0 + 0.01,
+    )  # fmt: skip
+    journal = [(T0 + 0.02, "logind: PrepareForShutdown(True), type unknown"),
+               (T0 + 0.03, "cordoned node demo-a (reason poweroff)"),
+               (T0 + 19.7, "released the logind delay lock")]  # fmt: skip
+    panel = tl.departure_panel("t", result, journal if agent else [], {"web-1": T0 + 0.5}, agent)
+    got = sorted((m.name, round(m.at - T0, 2)) for m in panel.markers)
+    deleted = (tl.EVICTION if agent else "pod deleted", 0.5)
+    agents = [(tl.PREPARE, 0.02), (tl.CORDON, 0.03), (tl.RELEASED, 19.7)] if agent else []
+    want = [(tl.ASKED, 0.01), (tl.ENDPOINTS, 2.1), (tl.OFF, 20.0), deleted, *agents]
+    assert got == sorted(want)
+    assert (panel.first, sum(panel.sent), sum(panel.failed)) == (-6, 29 * 50, 0)
 
 
 def departure_panels() -> list[Panel]:

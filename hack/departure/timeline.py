@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
+    from hack.departure.scene import Departure
+
 ASKED = "poweroff asked"
 PREPARE = "PrepareForShutdown"
 CORDON = "cordon"
@@ -128,6 +130,28 @@ def endpoints_removed(
         if at >= since and not {e.rsplit(":", 1)[0] for e in endpoints} & set(ips):
             return Marker(ENDPOINTS, at)
     return None
+
+
+def departure_panel(
+    title: str,
+    result: Departure,
+    journal: Iterable[tuple[float, str]],
+    deleted: Mapping[str, float],
+    agent: bool,
+) -> Panel:
+    """A departure of hack/departure/scene.py on the timeline: its steady requests, the
+    poweroff asked, the agent's `journal` lines (wall clock, message), each of the leaving
+    node's pods `deleted` (name: when a poll first saw its deletion; an eviction where the
+    agent runs, nothing else deletes them within a departure), kube-proxy's endpoints
+    without the departed pods, and the power off."""
+    start = result.started
+    deletion = EVICTION if agent else "pod deleted"
+    markers = [Marker(ASKED, result.poweroff_at or start), *journal_markers(journal, start),
+               *(Marker(deletion, at) for at in deleted.values())]  # fmt: skip
+    removed = endpoints_removed(result.endpoints, result.leaving_ips, start)
+    markers += [removed] if removed is not None else []
+    markers += [Marker(OFF, result.off)] if result.off is not None else []
+    return Panel.from_requests(title, result.steady, start, markers)
 
 
 # ---- drawing ---------------------------------------------------------------------------------
