@@ -22,8 +22,7 @@ from hack import preflight
 from hack.preflight import EX_UNAVAILABLE, Env, Go, Root, Tool
 
 REPO = Path(__file__).resolve().parents[1]
-# How each command is started: a bash or Python script by path, or a module.
-PYTHON_SCRIPTS = {"hack/vm", "hack/real-node", "hack/cluster", "hack/matrix"}
+# How each command is started: a bash or Python script by path (its #! line), or a module.
 MODULES = {"bench/demo.py": "bench.demo"}
 # The arguments each command is run with (the row that names qemu needs the vm shape).
 ARGS = {"bench/departure.py": ["--shape", "vm"], "hack/vm": ["smoke"]}
@@ -146,7 +145,7 @@ def test_entry_point_calls_the_preflight(command: str) -> None:
     text = (REPO / command).read_text()
     if command.endswith(".py"):
         assert f'preflight.require("{command}", ' in text
-    elif command in PYTHON_SCRIPTS:
+    elif python_script(command):
         assert f'require("{command}")' in text
     else:
         assert f'python3 "$(dirname "$0")/preflight.py" {command} "$@"' in text
@@ -198,10 +197,14 @@ def taken(command: str) -> str:
     return tools[0] if tools else "go"
 
 
+def python_script(command: str) -> bool:
+    return "python" in (REPO / command).read_text().split("\n", 1)[0]
+
+
 def argv(command: str, clone: Path) -> list[str]:
     if command in MODULES:
         return [sys.executable, "-m", MODULES[command]]
-    if command.endswith(".py") or command in PYTHON_SCRIPTS:
+    if command.endswith(".py") or python_script(command):
         return [sys.executable, str(clone / command)]
     return ["bash", str(clone / command)]
 
