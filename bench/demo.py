@@ -1,13 +1,14 @@
 """The demo: a real node powers off under traffic, with nodeagent and then without.
 
-    python -m bench.demo [--workdir DIR]
+    python -m bench.demo [--workdir DIR] [--timeline PATH]
 
 Two real nodes (kubelet and containerd in systemd-nspawn), a Service of four pods spread over
 them, a client sending ~50 requests/s and a few 20 s requests through a real kube-proxy
 (hack/departure/scene.py). Node A powers off twice: first with the agent installed from its
 .deb, then, on fresh nodes, without it. While each departure happens it prints what the
 agent logs, the pods that go and the replacements that become Ready, and the requests so far;
-then the totals side by side.
+then the totals side by side, and draws both departures on one timeline (requests and
+failures per second, and when each thing happened: hack/departure/timeline.py).
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: the checkout is the import root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from hack import preflight
+from hack.departure import timeline
 from hack.departure.kinds import CONFIGS, Kind
-from hack.departure.scene import Scene
+from hack.departure.scene import Departure, Scene
 from hack.departure.summary import summarize
 from hack.kubeutil import WaitTimeout
 from hack.localcluster.cluster import Cluster, ClusterError
@@ -62,6 +65,8 @@ class Narrator:
     _failed: int = 0
     _tally_at: float = 0.0
     _off: bool = False
+    # The leaving node's pods and when a poll first saw each deleted (the agent's evictions).
+    deleted: dict[str, float] = field(default_factory=dict)
 
     def start(self, started: float) -> None:
         self.started = started
@@ -78,7 +83,7 @@ class Narrator:
     def _run(self) -> None:
         while not self._stop.wait(POLL_S):
             lines: list[tuple[float, str]] = []
-            for poll in (self._agent, self._pods, self._node, self._requests):
+            for poll in (self._agent, self._pods, self._node, self._requests, self._deleted):
                 with contextlib.suppress(Exception):  # a missed poll is taken again
                     lines += poll()
             for at, text in sorted(lines):
@@ -144,13 +149,21 @@ class Narrator:
         colour = RED if self._failed else GREEN
         return [(now, f"{colour}client{OFF} {self._sent} requests so far, {self._failed} failed")]
 
+    def _deleted(self) -> list[tuple[float, str]]:
+        now = time.time()
+        for pod in self.scene.pods():
+            on_leaving = pod["spec"].get("nodeName") == self.scene.leaving.name
+            if on_leaving and pod["metadata"].get("deletionTimestamp"):
+                self.deleted.setdefault(pod["metadata"]["name"], now)
+        return []
+
 
 def placement(scene: Scene) -> dict[str, str]:
     """The service's Ready pods and their nodes."""
     return {p["metadata"]["name"]: p["spec"]["nodeName"] for p in scene.ready_pods()}
 
 
-def departure(cluster: Cluster, root: Path, config: str) -> dict[str, Any]:
+def departure(cluster: Cluster, root: Path, config: str) -> tuple[dict[str, Any], timeline.Panel]:
     group = f"demo-{secrets.token_hex(2)}"
     agent = CONFIGS[config].agent
     say(f"\n{BOLD}== node {group}-a powers off, {'with' if agent else 'without'} nodeagent{OFF}")
@@ -170,9 +183,23 @@ def departure(cluster: Cluster, root: Path, config: str) -> dict[str, Any]:
             result = scene.depart(Kind.POWEROFF, on_start=started)
         finally:
             narrator.stop()
+        title = "with nodeagent" if agent else "without nodeagent"
+        panel = timeline_panel(scene, result, narrator.deleted, title)
     cell = summarize(result)
     say(_verdict(cell))
-    return cell
+    return cell, panel
+
+
+def timeline_panel(scene: Scene, result: Departure, deleted: dict[str, float], title: str
+                   ) -> timeline.Panel:  # fmt: skip
+    """The departure on the timeline, with the agent's journal lines read from the node (off
+    by now); without them (not readable) the picture lacks only their markers."""
+    lines: list[tuple[float, str]] = []
+    if scene.config.agent:
+        with contextlib.suppress(Exception):
+            entries = scene.leaving.journal("-u", "nodeagent.service")
+            lines = [(realtime(e), e["MESSAGE"]) for e in entries]
+    return timeline.departure_panel(title, result, lines, deleted, scene.config.agent)
 
 
 def _verdict(cell: dict[str, Any]) -> str:
@@ -195,20 +222,28 @@ def control_plane(root: Path) -> Iterator[Cluster]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    preflight.require("bench/demo.py", argv)
     parser = argparse.ArgumentParser(prog="hack/demo", description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, help="keep the work files (journals) here")
+    parser.add_argument(
+        "--timeline", type=Path, help="the picture (SVG; PNG beside it; default: in the workdir)"
+    )
     args = parser.parse_args(argv)
     root = args.workdir or Path(tempfile.mkdtemp(prefix="nodeagent-demo-"))
     root.mkdir(parents=True, exist_ok=True)
     try:
         with control_plane(root) as cluster:
-            cells = [departure(cluster, root, config) for config in ("nodeagent", "none")]
+            runs = [departure(cluster, root, config) for config in ("nodeagent", "none")]
     except (ClusterError, RuntimeError, TimeoutError, WaitTimeout) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     say(f"\n{BOLD}== the same poweroff, the same traffic{OFF}")
-    for cell, name in zip(cells, ("with nodeagent", "without"), strict=True):
+    for (cell, _), name in zip(runs, ("with nodeagent", "without"), strict=True):
         say(f"{name:>15}: {_verdict(cell)}")
+    picture = args.timeline or root / "timeline.svg"
+    timeline.dump([panel for _, panel in runs], picture.with_suffix(".json"))
+    written = timeline.draw([panel for _, panel in runs], picture)
+    say(f"timeline: {', '.join(map(str, written))}")
     say(f"{DIM}journals and client results: {root}{OFF}")
     return 0
 

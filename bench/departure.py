@@ -77,7 +77,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: the checkout is the import root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hack import aemm
+from hack import aemm, preflight
 from hack.departure.kinds import CONFIGS, Kind
 from hack.departure.scene import Scene
 from hack.departure.shapes import SHAPES, shape_error, v2_controllers
@@ -165,6 +165,7 @@ def run_cell(
 
 
 def main(argv: list[str] | None = None) -> int:
+    preflight.require("bench/departure.py", argv)
     args = _parser().parse_args(argv)
     try:
         kinds = _list(args.only, KINDS, "kind")

@@ -30,6 +30,7 @@ from bench import audit, report, workload
 from bench.drainers import Drain, Drainer, Identities, run_drain, turn
 from bench.workload import SETTLE_TIMEOUT
 from hack import kubeutil as ku
+from hack import preflight
 from hack.localcluster.cluster import Cluster
 from nodeagent.kube.client import Kube
 
@@ -179,6 +180,7 @@ def compile_bytecode() -> None:
 
 
 def main() -> int:
+    preflight.require("bench/drain_bench.py", None)
     args = parse_args()
     compile_bytecode()
     wanted = set(args.only or [s.key for s in SCENARIOS] + ["startup"])

@@ -46,6 +46,7 @@ from bench.drain_bench import compile_bytecode
 from bench.drainers import Drain, Drainer, Identities, run_drain
 from bench.report import load_line
 from hack import kubeutil as ku
+from hack import preflight
 from hack.fleet import apf, apiusage
 from hack.fleet.residents import Residents
 from hack.fleet.scene import (
@@ -479,6 +480,7 @@ def _keep(keep: Path, workdir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    preflight.require("bench/fleet.py", argv)
     args = parse_args(argv)
     compile_bytecode()
     print(load_line("start"), flush=True)

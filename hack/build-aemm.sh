@@ -3,6 +3,7 @@
 # tests and the spot-interruption benchmark serve on loopback, from the wrapper module
 # hack/go/aemm, cached by version. Prints the binary's path.
 set -euo pipefail
+python3 "$(dirname "$0")/preflight.py" hack/build-aemm.sh "$@"
 here=$(cd "$(dirname "$0")" && pwd)
 version=$(awk '/amazon-ec2-metadata-mock v/ {print $NF; exit}' "$here/go/aemm/go.mod")
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/nodeagent/aemm

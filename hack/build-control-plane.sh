@@ -4,6 +4,7 @@
 # from the Go module proxy into a cache keyed by version; a second run builds nothing.
 # Prints the directory holding the binaries on stdout.
 set -euo pipefail
+python3 "$(dirname "$0")/preflight.py" hack/build-control-plane.sh "$@"
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=go/k8s-ldflags.sh
 . "$here/go/k8s-ldflags.sh"

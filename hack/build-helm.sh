@@ -4,6 +4,7 @@
 # module, so the chart's ServiceMonitor/PodMonitor/PrometheusRule can be checked by
 # a real API server. Prints the helm binary's path on stdout.
 set -euo pipefail
+python3 "$(dirname "$0")/preflight.py" hack/build-helm.sh "$@"
 helm_version=v3.22.0
 promop_version=v0.85.0
 # The local control plane's minor version (hack/go/k8s/go.mod): helm's default capabilities.

@@ -4,6 +4,7 @@
 # from the Go module proxy, through the wrapper module hack/go/prometheus, into a cache keyed
 # by its go.sum; a second run builds nothing. Prints the directory holding both on stdout.
 set -euo pipefail
+python3 "$(dirname "$0")/preflight.py" hack/build-promtool.sh "$@"
 here=$(cd "$(dirname "$0")" && pwd)
 module="$here/go/prometheus"
 version=$(awk '$1 == "require" && $2 == "github.com/prometheus/prometheus" {print $3}' "$module/go.mod")
