@@ -184,6 +184,7 @@ TABLE = (
     Row("hack/build-deb", (*ROOTS, APT)),
     Row("hack/build-image", (*ROOTS, Tool("buildah", "buildah"), APT)),
     Row("hack/build-ignition", (GO,)),
+    Row("hack/release", (*ROOTS, Tool("buildah", "buildah"), APT, GO)),
     Row("hack/render-manifests", (GO,)),
     Row("hack/binfmt", (Root("binfmt_misc registration"), APT)),
     Row("hack/vm-root", ROOTS),
@@ -239,10 +240,15 @@ def parse_go(text: str) -> Version | None:
 
 
 def go_minimum(repo: Path) -> Version:
-    """The newest `go` directive of the repo's Go modules (hack/go/*, hack/workload)."""
+    """The newest `go` directive of the repo's Go modules (hack/go/*, hack/workload), but for
+    a module naming its own `toolchain`: its build script fetches that Go from the module
+    proxy (GOTOOLCHAIN), so the Go on PATH need not be as new."""
     found: list[Version] = [(1, 0, 0)]
     for mod in [*repo.glob("hack/go/*/go.mod"), *repo.glob("hack/*/go.mod")]:
-        for line in mod.read_text().splitlines():
+        lines = mod.read_text().splitlines()
+        if any(line.startswith("toolchain ") for line in lines):
+            continue
+        for line in lines:
             if line.startswith("go "):
                 version = parse_go(line[3:])
                 if version is not None:

@@ -90,6 +90,10 @@ def test_go_minimum_is_the_newest_module(tmp_path: Path) -> None:
         (tmp_path / "hack/go" / name).mkdir(parents=True)
         (tmp_path / "hack/go" / name / "go.mod").write_text(f"module x\n\n{line}\n")
     assert preflight.go_minimum(tmp_path) == (1, 26, 7)
+    # A module naming its own toolchain is built with that Go, fetched by its build script.
+    (tmp_path / "hack/go/d").mkdir()
+    (tmp_path / "hack/go/d/go.mod").write_text("module x\n\ngo 1.26.9\n\ntoolchain go1.27.3\n")
+    assert preflight.go_minimum(tmp_path) == (1, 26, 7)
 
 
 def test_one_line_for_everything_missing() -> None:

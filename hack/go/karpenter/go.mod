@@ -3,6 +3,9 @@ module nodeagent.local/hack/go/karpenter
 
 go 1.26.9
 
+// Built with this Go, fetched from the module proxy (hack/build-karpenter.sh sets GOTOOLCHAIN).
+toolchain go1.27.3
+
 require sigs.k8s.io/karpenter v1.15.0
 
 require (
