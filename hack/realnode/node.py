@@ -256,4 +256,3 @@ class RealNode(Container, KubeNode):
         text = self.journal_text("-n", str(lines + 400))
         kept = [ln for ln in text.splitlines() if "flags.go" not in ln]
         return "\n".join(kept[-lines:])
-
