@@ -50,17 +50,7 @@ def pod_spec(group: str, **extra: Any) -> dict[str, Any]:
 def deployment(ns: str, name: str, tier: str, replicas: int, spec: dict[str, Any],
                annotations: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     labels = {"app": APP, "tier": tier}
-    return {
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels, "annotations": annotations or {}},
-                "spec": spec,
-            },
-        },
-    }
+    return ku.deployment_body(ns, name, labels, replicas, spec, annotations)
 
 
 def spread(tier: str) -> list[dict[str, Any]]:
