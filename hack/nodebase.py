@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hack import milestones
-from hack.localcluster.kubeapi import ApiError
-from nodeagent.kube.client import api_time, node_path
+from nodeagent.kube.client import ApiError, api_time, node_path
 
 if TYPE_CHECKING:
     from hack.localcluster.cluster import Cluster

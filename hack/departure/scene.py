@@ -28,7 +28,6 @@ from hack import milestones as ms
 from hack.deb import install_agent
 from hack.departure.kinds import Config, Kind
 from hack.localcluster.cluster import Cluster
-from hack.localcluster.kubeapi import ApiError
 from hack.localcluster.procs import free_ports
 from hack.realnode import RealNode, stateful
 from hack.realnode import csi as realcsi
@@ -37,6 +36,7 @@ from hack.realnode.config import CgroupDriver
 from hack.realnode.paths import REPO
 from hack.realnode.traffic import ClientNet
 from hack.realnode.workload import PORT, import_into
+from nodeagent.kube.client import ApiError
 
 from .objects import APP, DND, LONG_S, REPLICAS, deployment, pod_spec, prefer, spread
 from .trackers import EndpointTracker, StatefulTracker
@@ -266,23 +266,23 @@ class Scene:
 
     def _deploy(self) -> None:
         kube, ns = self.cluster.kube, self.ns
-        kube.create("/api/v1/namespaces", {"metadata": {"name": ns}})
+        kube.post("/api/v1/namespaces", {"metadata": {"name": ns}})
         if self.daemonset:  # started first: it comes up while the workload does
             self._apply_daemonset()
         main = pod_spec(self.group, topologySpreadConstraints=spread("main"))
         dnd = pod_spec(self.group, affinity=prefer(self.leaving.name))
         apps = f"/apis/apps/v1/namespaces/{ns}/deployments"
-        kube.create(apps, deployment(ns, APP, "main", REPLICAS, main))
+        kube.post(apps, deployment(ns, APP, "main", REPLICAS, main))
         if self.dnd:
-            kube.create(apps, deployment(ns, f"{APP}-dnd", "dnd", 1, dnd, {DND: "true"}))
-        kube.create(
+            kube.post(apps, deployment(ns, f"{APP}-dnd", "dnd", 1, dnd, {DND: "true"}))
+        kube.post(
             f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
             {
                 "metadata": {"name": APP, "namespace": ns},
                 "spec": {"selector": {"matchLabels": {"app": APP}}, "maxUnavailable": 1},
             },
         )
-        svc = kube.create(
+        svc = kube.post(
             f"/api/v1/namespaces/{ns}/services",
             {
                 "metadata": {"name": APP, "namespace": ns},
@@ -327,13 +327,13 @@ class Scene:
                 functools.partial(self._plugin, name), 60, f"the CSI plugin on {name}", step=POLL_S
             )
         with contextlib.suppress(ApiError):  # there already: one per cluster
-            kube.create(stateful.CSIDRIVERS, stateful.csidriver())
+            kube.post(stateful.CSIDRIVERS, stateful.csidriver())
         pv = f"{self.group}-db"
-        kube.create("/api/v1/persistentvolumes", stateful.persistent_volume(pv, ns, self.volume))
-        kube.create(f"/api/v1/namespaces/{ns}/persistentvolumeclaims", stateful.claim(ns, pv))
+        kube.post("/api/v1/persistentvolumes", stateful.persistent_volume(pv, ns, self.volume))
+        kube.post(f"/api/v1/namespaces/{ns}/persistentvolumeclaims", stateful.claim(ns, pv))
         spec = pod_spec(self.group, affinity=prefer(self.leaving.name))
         body = stateful.statefulset(ns, "db", {"app": "db"}, spec)
-        kube.create(f"/apis/apps/v1/namespaces/{ns}/statefulsets", body)
+        kube.post(f"/apis/apps/v1/namespaces/{ns}/statefulsets", body)
         db = ku.wait_until(self.stateful_pod, self.ready_timeout, "db-0 Ready", step=POLL_S)
         if db["spec"]["nodeName"] != self.leaving.name:
             raise RuntimeError("the stateful pod was not scheduled on the leaving node")
@@ -368,7 +368,7 @@ class Scene:
         /healthz be restarted by its liveness probe, mid-drain if need be."""
         labels = {"pod-security.kubernetes.io/enforce": "privileged"}  # host network, bus
         body = {"metadata": {"name": self.agent_ns, "labels": labels}}
-        self.cluster.kube.create("/api/v1/namespaces", body)
+        self.cluster.kube.post("/api/v1/namespaces", body)
         nodes = (self.leaving, self.staying)
         for node, port in zip(nodes, free_ports(len(nodes)), strict=True):
             selector = {"kubernetes.io/hostname": node.name}

@@ -7,9 +7,9 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from hack.localcluster.kubeapi import ApiError
 from hack.realnode import stateful
 from hack.realnode.traffic import ClientError, ClientNet
+from nodeagent.kube.client import ApiError
 
 from .objects import APP
 

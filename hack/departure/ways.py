@@ -87,7 +87,7 @@ def evacuate(scene: Scene, nodes: list[Node], notes: list[str]) -> float:
     an autoscaler's wait without the agent), the poweroff."""
     taint = {"key": EVACUATE_TAINT, "effect": "NoSchedule"}
     name = scene.leaving.name
-    scene.cluster.kube.patch(f"/api/v1/nodes/{name}", {"spec": {"taints": [taint]}})
+    scene.cluster.kube.merge_patch(f"/api/v1/nodes/{name}", {"spec": {"taints": [taint]}})
     wait = DEPARTURE_CAP_S if scene.config.agent else EVACUATE_WAIT_S
     end = time.monotonic() + wait
     while time.monotonic() < end and not emptied(scene):
@@ -195,7 +195,7 @@ def maintain(scene: Scene, nodes: list[Node], notes: list[str]) -> float:
 def stubborn_pod(scene: Scene) -> None:
     """A pod on the leaving node that ignores SIGTERM (objects.stubborn), Running."""
     kube, ns = scene.cluster.kube, scene.ns
-    kube.create(f"/apis/apps/v1/namespaces/{ns}/deployments",
+    kube.post(f"/apis/apps/v1/namespaces/{ns}/deployments",
                 stubborn(ns, scene.group, scene.leaving.name))  # fmt: skip
     path = f"/api/v1/namespaces/{ns}/pods"
 

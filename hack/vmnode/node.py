@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hack.localcluster.cluster import Cluster
-from hack.localcluster.kubeapi import ApiError
 from hack.milestones import JOURNAL_KEYS
 from hack.nodebase import KubeNode
 from hack.realnode import build as realbuild
 from hack.realnode.config import CA_PATH
 from hack.realnode.images import ensure_images
+from nodeagent.kube.client import ApiError
 
 from . import qmp, tap
 from .config import (
