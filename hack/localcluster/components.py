@@ -123,9 +123,7 @@ def controller_manager(c: Cluster) -> list[str]:
         str(c.bin_dir / "kube-controller-manager"),
         f"--kubeconfig={c.workdir / 'controller-manager.kubeconfig'}",
         "--leader-elect=false",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={c.ports['controller-manager']}",
-        f"--cert-dir={c.workdir / 'certs' / 'controller-manager'}",
+        *_serving(c, "controller-manager"),
         f"--controllers={','.join(CONTROLLERS)}",
         "--use-service-account-credentials=true",
         "--node-monitor-period=2s",
@@ -140,9 +138,16 @@ def scheduler(c: Cluster) -> list[str]:
     return [
         str(c.bin_dir / "kube-scheduler"),
         f"--config={c.workdir / 'scheduler.yaml'}",
+        *_serving(c, "scheduler"),
+    ]
+
+
+def _serving(c: Cluster, name: str) -> list[str]:
+    """Where a controller serves its /healthz: loopback, its port, its own certificates."""
+    return [
         "--bind-address=127.0.0.1",
-        f"--secure-port={c.ports['scheduler']}",
-        f"--cert-dir={c.workdir / 'certs' / 'scheduler'}",
+        f"--secure-port={c.ports[name]}",
+        f"--cert-dir={c.workdir / 'certs' / name}",
     ]
 
 
