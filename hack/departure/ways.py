@@ -210,12 +210,18 @@ def stubborn_pod(scene: Scene) -> None:
 
 
 def drained_for_shutdown(scene: Scene, kind: Kind) -> float | None:
-    """The end of the agent's drain for the shutdown. logind of systemd 252 (the nspawn
-    node's) does not say a reboot from a poweroff: the agent reports a reboot's drain as one
-    for poweroff. The VM's systemd 257 sends the type (PrepareForShutdownWithMetadata)."""
-    typed = scene.shape == "vm" and kind in (Kind.REBOOT, Kind.SOFT_REBOOT)
-    reason = kind.value if typed else Kind.POWEROFF.value
-    return ms.when(scene.agent_milestones(), ms.DRAIN_FINISHED, reason=reason)
+    """The end of the agent's drain for a poweroff."""
+    return ms.when(scene.agent_milestones(), ms.DRAIN_FINISHED, reason=Kind.POWEROFF.value)
+
+
+def drained_for_restart(scene: Scene, kind: Kind) -> float | None:
+    """The end of the agent's drain for the restart `kind`. logind of systemd 252 (the
+    nspawn node's) does not say a reboot from a poweroff: the agent reports a reboot's drain
+    as one for poweroff. The VM's systemd 257 sends the type
+    (PrepareForShutdownWithMetadata)."""
+    if scene.shape != "vm":
+        return drained_for_shutdown(scene, kind)
+    return ms.when(scene.agent_milestones(), ms.DRAIN_FINISHED, reason=kind.value)
 
 
 def drained_for_warning(scene: Scene, kind: Kind) -> float | None:
@@ -252,8 +258,8 @@ class Way:
 WAYS: dict[Kind, Way] = {
     Kind.POWEROFF: Way(poweroff),
     Kind.EVACUATE: Way(evacuate, release=evacuated),
-    Kind.REBOOT: Way(reboot),
-    Kind.SOFT_REBOOT: Way(soft_reboot),
+    Kind.REBOOT: Way(reboot, release=drained_for_restart),
+    Kind.SOFT_REBOOT: Way(soft_reboot, release=drained_for_restart),
     Kind.ROLLING_REBOOT: Way(reboot, release=returned, unaided=returned, both_nodes=True),
     Kind.SIGTERM_IGNORING: Way(poweroff, prepare=stubborn_pod),
     Kind.STOP: Way(maintain, release=stopped),
