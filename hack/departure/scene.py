@@ -98,7 +98,7 @@ class SceneResult:
     multi_attach_events: int | None = None
     cgroup_driver: CgroupDriver = "cgroupfs"
     shape: str = "nspawn"
-    # The agent's journal: when it heard the cloud's warning, when that drain ended, when
+    # The agent's milestones: when it heard the cloud's warning, when that drain ended, when
     # the poweroff was asked for, and logind's PrepareForShutdown to the lock's release.
     warning_heard: float | None = None
     warning_drained: float | None = None
