@@ -8,6 +8,8 @@ control plane (hack/localcluster) with its own ``system:node:<name>`` client cer
 Each node boots a private copy of the cached root (hack/realnode-root) with the kubelet
 (hack/build-kubelet.sh) and the locally built images bind-mounted read-only. State lives in
 WORKDIR/state.json, so ``RealNode.load(cluster, WORKDIR).stop()`` works from another process.
+What it shares with the VM node (the Node's readiness, its deletion, the agent's milestones in
+its journal) is hack/nodebase.py's.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ control plane (hack/localcluster) with its own ``system:node:<name>`` client cer
 
 The VM holds nothing on the host but its qemu process and its workdir: qemu's user-mode
 network runs inside that process (no tap, bridge, route or sysctl), and the guest's cgroups
-are the guest kernel's.
+are the guest kernel's. What it shares with the nspawn node is hack/nodebase.py's.
 """
 
 from __future__ import annotations
