@@ -1,92 +1,41 @@
 """The API server's audit log, read per client identity: what one drain cost the API.
 
-Only users in the DRAINERS group are logged (at Metadata level: verb, resource, user, code,
-timestamps, never bodies); the controllers and the kubelet simulator are not, so the log
-holds exactly the drainers' requests. Each drainer runs under its own client certificate
+Only users in the DRAINERS group are logged (hack/auditlog.py: Metadata level, never bodies)
+and, of the kubelet simulator, its pod DELETEs (they time a drain's last pod); the
+controllers are not. Each drainer runs under its own client certificate
 (user `bench:<drainer>:<node>`), so one drain's requests are those of one user name.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from hack.fleet.apiusage import DRAINERS, SIM_USER, resource_name, stamp
+from hack import auditlog
+from hack.auditlog import DRAINERS, READS, WRITES, Call
 
-# The drainers' requests, and the simulator's pod DELETEs: its last one (grace 0, after the
-# containers stopped) is when a pod is gone, which times the wait for the last pod.
-POLICY = f"""apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived"]
-rules:
-  - level: Metadata
-    userGroups: ["{DRAINERS}"]
-  - level: Metadata
-    users: ["{SIM_USER}"]
-    verbs: ["delete"]
-    resources: [{{group: "", resources: ["pods"]}}]
-  - level: None
-"""
-WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
-READS = frozenset({"get", "list"})
 EVICTION = ("create", "pods/eviction")
 
 
 def apiserver_args(workdir: Path) -> list[str]:
     """kube-apiserver flags logging the drainers' requests to workdir/audit.log."""
-    policy = workdir / "audit-policy.yaml"
-    policy.write_text(POLICY)
-    return [f"--audit-policy-file={policy}", f"--audit-log-path={log_path(workdir)}"]
+    return auditlog.apiserver_args(workdir, [DRAINERS], "audit-policy.yaml")
 
 
-def log_path(workdir: Path) -> Path:
-    return workdir / "audit.log"
-
-
-@dataclass(frozen=True)
-class Request:
-    user: str
-    verb: str
-    resource: str  # "nodes", "pods/eviction", "events.events.k8s.io"
-    namespace: str
-    code: int
-    received: float  # seconds since the epoch
-
-
-def read(path: Path) -> list[Request]:
-    """Every logged request once (a watch logs ResponseStarted and ResponseComplete)."""
-    seen: dict[str, Request] = {}
-    with path.open() as fh:
-        for line in fh:
-            event = json.loads(line)
-            if event["auditID"] in seen:
-                continue
-            seen[event["auditID"]] = Request(
-                user=event["user"]["username"],
-                verb=event["verb"],
-                resource=resource_name(event),
-                namespace=str((event.get("objectRef") or {}).get("namespace", "")),
-                code=int((event.get("responseStatus") or {}).get("code") or 0),
-                received=stamp(event["requestReceivedTimestamp"]),
-            )
-    return sorted(seen.values(), key=lambda r: r.received)
-
-
-def by_user(requests: list[Request]) -> dict[str, list[Request]]:
-    out: dict[str, list[Request]] = {}
+def by_user(requests: list[Call]) -> dict[str, list[Call]]:
+    out: dict[str, list[Call]] = {}
     for req in requests:
         out.setdefault(req.user, []).append(req)
     return out
 
 
-def cost(requests: list[Request]) -> Counter[tuple[str, str]]:
-    """Requests by (verb, resource)."""
+def cost(requests: list[Call]) -> Counter[tuple[str, str]]:
+    """Calls by (verb, resource)."""
     return Counter((r.verb, r.resource) for r in requests)
 
 
-def is_eviction(req: Request) -> bool:
+def is_eviction(req: Call) -> bool:
     return (req.verb, req.resource) == EVICTION
 
 
@@ -101,7 +50,7 @@ class Summary:
     throttled: int  # 429 answers (PDB or API Priority and Fairness)
 
 
-def summarize(requests: list[Request], namespace: str) -> Summary:
+def summarize(requests: list[Call], namespace: str) -> Summary:
     """One drain's requests; `namespace` holds its evicted pods and nothing else."""
     writes = [r for r in requests if r.verb in WRITES and not is_eviction(r)]
     return Summary(
@@ -110,21 +59,6 @@ def summarize(requests: list[Request], namespace: str) -> Summary:
         pod_writes=sum(1 for r in writes if r.namespace == namespace),
         reads=sum(1 for r in requests if r.verb in READS),
         throttled=sum(1 for r in requests if r.code == 429),
-    )
-
-
-def last_pod_gone(requests: list[Request], namespace: str, since: float, until: float) -> float:
-    """When the simulator deleted the last pod of `namespace` between `since` and `until`
-    (0.0 if it deleted none): every drain has its pods in a namespace of its own."""
-    return max(
-        (
-            r.received
-            for r in requests
-            if r.user == SIM_USER
-            and (r.verb, r.resource, r.namespace) == ("delete", "pods", namespace)
-            and since <= r.received <= until
-        ),
-        default=0.0,
     )
 
 
@@ -140,8 +74,8 @@ class Phases:
     to_exit: float  # the later of the two to the process's exit
 
 
-def phases(requests: list[Request], gone: float, started: float, ended: float) -> Phases | None:
-    """`requests` of one drainer; `gone` from last_pod_gone."""
+def phases(requests: list[Call], gone: float, started: float, ended: float) -> Phases | None:
+    """`requests` of one drainer; `gone` from hack.auditlog.last_pod_gone."""
     evictions = [r.received for r in requests if is_eviction(r)]
     if not requests or not evictions or not gone:
         return None

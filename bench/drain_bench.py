@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import audit, report, workload
 from bench.drainers import Drain, Drainer, Identities, run_drain, turn
 from bench.workload import SETTLE_TIMEOUT
+from hack import auditlog
 from hack import kubeutil as ku
 from hack import preflight
 from hack.localcluster.cluster import Cluster
@@ -205,7 +206,7 @@ def main() -> int:
                 drains = run_scenario(cluster, kube, ids, scenario, drainers, args.rounds)
                 done += drains
                 report.scenario(
-                    scenario.name, drains, scenario.replicas, audit.log_path(workdir), print
+                    scenario.name, drains, scenario.replicas, auditlog.log_path(workdir), print
                 )
                 print(report.load_line("after " + scenario.key), flush=True)
             closed = workload.terminated_watchers(cluster)
@@ -213,7 +214,7 @@ def main() -> int:
         finally:
             cluster.stop()
             if args.keep:
-                shutil.copyfile(audit.log_path(workdir), args.keep / "audit.log")
+                shutil.copyfile(auditlog.log_path(workdir), args.keep / "audit.log")
                 shutil.copytree(workdir / "logs", args.keep / "cluster-logs", dirs_exist_ok=True)
     return report.failures(done, print)
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from hack.auditlog import DRAINERS
 from hack.drainphases import own_phases
-from hack.fleet.apiusage import DRAINERS
 from hack.localcluster.cluster import Cluster
 
 REPO = Path(__file__).resolve().parent.parent

@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.drain_bench import compile_bytecode
 from bench.drainers import Drain, Drainer, Identities, run_drain
 from bench.report import load_line
+from hack import auditlog
 from hack import kubeutil as ku
 from hack import preflight
 from hack.fleet import apf, apiusage
@@ -384,14 +385,14 @@ def run(args: argparse.Namespace, workdir: Path, out: Out) -> dict[str, Any]:
         lay = build(cluster, kube, args.agents, args.wave, args.pods_per_node)
         out(f"{len(lay.agents)} agent nodes, {2 * len(lay.wave)} loaded; {load_line('ready')}")
         residents = Residents(cluster, workdir / "agents", lay.agents)
-        log = apiusage.log_path(workdir)
+        log = auditlog.log_path(workdir)
         s = storm(kube, residents, lay, log)
         print_storm(s, args.agents, out)
         time.sleep(SETTLE)
         out(load_line("before idle"))
         i = idle(cluster, residents, args.idle_minutes)
         out(load_line("after idle"))
-        r = apiusage.rates(apiusage.agents_only(apiusage.read(log)), args.agents, i.start, i.end)
+        r = apiusage.rates(apiusage.agents_only(auditlog.read(log)), args.agents, i.start, i.end)
         print_idle(i, r, args.agents, out)
         done: list[Round] = []
         if lay.wave:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from bench import audit
 from bench.drainers import REPO, Drain, Drainer
+from hack import auditlog
 
 Out = Callable[[str], None]
 STARTUP_RUNS = 5
@@ -62,7 +63,7 @@ def scenario(name: str, drains: list[Drain], evicted: int, log: Path, out: Out) 
         _paired(runs, out)
     cpu = "; ".join(f"{k.value} " + " ".join(f"{d.cpu:.2f}" for d in v) for k, v in runs.items())
     out(f"  CPU of each drain's process (s): {cpu}")
-    logged = audit.read(log)
+    logged = auditlog.read(log)
     ordered = [d for v in runs.values() for d in v]
     _phases([(_label(d, runs), d) for d in ordered], logged, out)
     _own_phases(runs, took, out)
@@ -90,7 +91,7 @@ def _label(d: Drain, runs: dict[Drainer, list[Drain]]) -> str:
     return d.drainer.value if len(mine) == 1 else f"{d.drainer.value} #{mine.index(d) + 1}"
 
 
-def _phases(rows: list[tuple[str, Drain]], requests: list[audit.Request], out: Out) -> None:
+def _phases(rows: list[tuple[str, Drain]], requests: list[auditlog.Call], out: Out) -> None:
     """Each drain's time from its process start to its first request, its first eviction,
     its last eviction, the deletion of its last pod, its last request after that, and its
     exit (request times from the audit log)."""
@@ -100,7 +101,7 @@ def _phases(rows: list[tuple[str, Drain]], requests: list[audit.Request], out: O
     )
     mine = audit.by_user(requests)
     for label, d in rows:
-        gone = audit.last_pod_gone(requests, d.namespace, d.started, d.ended)
+        gone = auditlog.last_pod_gone(requests, d.namespace, d.started, d.ended)
         p = audit.phases(mine.get(d.user, []), gone, d.started, d.ended)
         if p is None:
             out(f"  {label:24} (no eviction or pod deletion in the audit log)")
@@ -133,7 +134,7 @@ def _own_phases(runs: dict[Drainer, list[Drain]], took: dict[Drainer, float], ou
 
 def _cost(
     runs: dict[Drainer, list[Drain]],
-    requests: dict[str, list[audit.Request]],
+    requests: dict[str, list[auditlog.Call]],
     evicted: int,
     out: Out,
 ) -> None:

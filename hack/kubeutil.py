@@ -97,19 +97,30 @@ def deployment(
     annotations: dict[str, str] | None = None,
     **spec: Any,
 ) -> JSON:
-    labels = {"app": name}
-    body = {
+    body = deployment_body(ns, name, {"app": name}, replicas, pod_spec(group, **spec), annotations)
+    return kube.post(f"/apis/apps/v1/namespaces/{ns}/deployments", body)
+
+
+def deployment_body(
+    ns: str,
+    name: str,
+    labels: dict[str, str],
+    replicas: int,
+    spec: JSON,
+    annotations: dict[str, str] | None = None,
+) -> JSON:
+    """A Deployment of `replicas` pods labelled `labels` (its selector too), of `spec`."""
+    return {
         "metadata": {"name": name, "namespace": ns},
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": labels, "annotations": annotations or {}},
-                "spec": pod_spec(group, **spec),
+                "spec": spec,
             },
         },
     }
-    return kube.post(f"/apis/apps/v1/namespaces/{ns}/deployments", body)
 
 
 def job(kube: Kube, ns: str, name: str, group: str, **spec: Any) -> JSON:

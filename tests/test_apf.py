@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from hack import kubeutil as ku
+from hack.fleet import apf
 from nodeagent import metrics
 from nodeagent.kube.client import ApiError, Kube, pods_path
 
-FLOWCONTROL = "/apis/flowcontrol.apiserver.k8s.io/v1"
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 WORKERS, ROUNDS = 24, 8
 
@@ -35,54 +35,6 @@ def throttled_total() -> float:
     )
 
 
-def flow_objects(name: str) -> list[tuple[str, dict[str, Any]]]:
-    """A priority level of few seats (1 share of the server's; no borrowing; no queue: what
-    does not fit is rejected at once) and a FlowSchema sending user `name` there."""
-    level = {
-        "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
-        "kind": "PriorityLevelConfiguration",
-        "metadata": {"name": name},
-        "spec": {
-            "type": "Limited",
-            "limited": {
-                "nominalConcurrencyShares": 1,
-                "lendablePercent": 0,
-                "borrowingLimitPercent": 0,
-                "limitResponse": {"type": "Reject"},
-            },
-        },
-    }
-    schema = {
-        "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
-        "kind": "FlowSchema",
-        "metadata": {"name": name},
-        "spec": {
-            "priorityLevelConfiguration": {"name": name},
-            "matchingPrecedence": 100,  # before every default schema but the exempt one
-            "distinguisherMethod": {"type": "ByUser"},
-            "rules": [
-                {
-                    "subjects": [{"kind": "User", "user": {"name": name}}],
-                    "resourceRules": [
-                        {
-                            "verbs": ["*"],
-                            "apiGroups": ["*"],
-                            "resources": ["*"],
-                            "clusterScope": True,
-                            "namespaces": ["*"],
-                        }
-                    ],
-                    "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-                }
-            ],
-        },
-    }
-    return [
-        (f"{FLOWCONTROL}/prioritylevelconfigurations", level),
-        (f"{FLOWCONTROL}/flowschemas", schema),
-    ]
-
-
 @pytest.fixture
 def throttled(cluster: Any, kube: Kube, tmp_path: Path) -> Iterator[tuple[Kube, str]]:
     """(a client of a user APF throttles, a namespace where it may manage ConfigMaps)."""
@@ -96,24 +48,12 @@ def throttled(cluster: Any, kube: Kube, tmp_path: Path) -> Iterator[tuple[Kube, 
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
     }
     kube.post(f"{RBAC}/namespaces/{ns}/rolebindings", binding)
-    objects = flow_objects(user)
-    for path, body in objects:
-        kube.post(path, body)
+    objects = apf.throttle(kube, user, apf.user(user))
     try:
-        schema = f"{FLOWCONTROL}/flowschemas/{user}"
-        ku.wait_until(
-            lambda: any(
-                c["type"] == "Dangling" and c["status"] == "False"
-                for c in kube.get(schema).get("status", {}).get("conditions", [])
-            ),
-            30,
-            "the FlowSchema in effect",
-        )
         agent = Kube.from_kubeconfig(str(cluster.mint_kubeconfig(user, [], tmp_path / "kc")))
         yield agent, ns
     finally:
-        for path, body in reversed(objects):
-            kube.delete(f"{path}/{body['metadata']['name']}")
+        apf.remove(kube, objects)
 
 
 def test_apf_rejections_are_waited_out_for_every_verb(throttled: tuple[Kube, str]) -> None:

@@ -28,6 +28,7 @@ import yaml
 
 import tests.test_chart as chart
 from hack import kubeutil as ku
+from hack import milestones as ms
 from hack.aemm import Aemm, rfc3339
 from hack.agentproc import free_port
 from hack.chart import kubectl, note_cluster_scoped, objects, privileged_namespace, render
@@ -473,7 +474,9 @@ def test_a_spot_notice_drains_the_node_on_the_host_network(
         wait_for(lambda: not our_inhibitors(logind), 60)
         print(f"image: spot notice drained; PrepareForShutdown to lock release "
               f"{time.monotonic() - started:.2f}s")  # fmt: skip
-        assert "aws interruption warning (Spot interruption: stop" in pod.output()
+        records = ms.from_lines(pod.output().splitlines())
+        heard = ms.first(records, ms.WARNING_HEARD, cloud="aws", kind="interruption")
+        assert heard is not None and heard.fields["event_id"] == "spot-itn-stop", pod.output()
     finally:
         pod.kill()
         if mock is not None:

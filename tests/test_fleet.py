@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from hack import auditlog
 from hack import kubeutil as ku
 from hack.fleet import apf, apiusage
 from hack.fleet import scene as fleet
@@ -55,8 +56,8 @@ def assert_every_429_sent_again(log: Path) -> None:
     """Every request an agent got a 429 for was sent again and answered: waited out, not
     given up on (Events go from a background sender: their retry may still be due)."""
 
-    def unanswered() -> list[apiusage.Call]:
-        return apiusage.unanswered_429s(apiusage.agents_only(apiusage.read(log)), 0, math.inf)
+    def unanswered() -> list[auditlog.Call]:
+        return apiusage.unanswered_429s(apiusage.agents_only(auditlog.read(log)), 0, math.inf)
 
     try:
         ku.wait_until(lambda: not unanswered(), 30, "every 429 sent again")
@@ -66,7 +67,7 @@ def assert_every_429_sent_again(log: Path) -> None:
 
 @pytest.mark.timeout(600)
 def test_start_storm_and_wave_under_apf_rejections(throttled: Fleet) -> None:
-    kube, log = throttled.kube, apiusage.log_path(throttled.workdir)
+    kube, log = throttled.kube, auditlog.log_path(throttled.workdir)
     lay = fleet.build(throttled.cluster, kube, AGENTS, WAVE, PODS)
     residents = Residents(throttled.cluster, throttled.workdir / "agents", lay.agents)
     try:
@@ -86,7 +87,7 @@ def test_start_storm_and_wave_under_apf_rejections(throttled: Fleet) -> None:
         assert all(ku.node(kube, n)["spec"].get("unschedulable") for n in lay.wave)
         assert residents.restarts == 0, residents.exit_codes()
         assert_every_429_sent_again(log)
-        calls = apiusage.agents_only(apiusage.read(log))
-        print(f"{apiusage.throttled(calls, 0, math.inf)} APF 429s waited out in all")
+        calls = apiusage.agents_only(auditlog.read(log))
+        print(f"{auditlog.throttled(calls, 0, math.inf)} APF 429s waited out in all")
     finally:
         residents.stop()

@@ -17,9 +17,11 @@ from typing import Any, cast
 import pytest
 
 from hack.k8sversion import kubelet_version
+from hack.kubeutil import wait_until as wait_for
 from hack.localcluster import Cluster, ClusterError
-from hack.localcluster.kubeapi import ApiError, Kube, KubeError, Reflector, wait_for
 from hack.localcluster.kubelet_sim import BOOT_ID, READY_DELAY, REJECT, TERMINATION_DELAY
+from hack.localcluster.reflector import Reflector
+from nodeagent.kube.client import ApiError, Kube, KubeError
 
 REPO = Path(__file__).resolve().parents[1]
 NODES = ("harness-a", "harness-b")
@@ -76,7 +78,7 @@ def _running(pod: JSON | None) -> bool:
 
 def _create_running(kube: Kube, pod: JSON) -> str:
     name = str(pod["metadata"]["name"])
-    kube.create(f"/api/v1/namespaces/{NS}/pods", pod)
+    kube.post(f"/api/v1/namespaces/{NS}/pods", pod)
     wait_for(lambda: _ready(_get_pod(kube, name)), 20, f"pod {name} Ready", step=0.02)
     return name
 
@@ -97,7 +99,7 @@ def test_deployment_pods_become_running_and_ready(cluster: Cluster, kube: Kube) 
     }
     spec = {"replicas": 3, "selector": {"matchLabels": labels}, "template": template}
     deployment = {"metadata": {"name": name}, "spec": spec}
-    kube.create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment)
+    kube.post(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment)
 
     def pods() -> list[JSON]:
         items = kube.get(f"/api/v1/namespaces/{NS}/pods", labelSelector=f"app={name}")["items"]
@@ -128,7 +130,7 @@ def test_daemonset_pods_run_on_every_simulated_node(kube: Kube) -> None:
         "spec": {"containers": [{"name": "d", "image": "d"}]},
     }
     spec = {"selector": {"matchLabels": labels}, "template": template}
-    kube.create(
+    kube.post(
         f"/apis/apps/v1/namespaces/{NS}/daemonsets", {"metadata": {"name": name}, "spec": spec}
     )
 
@@ -162,7 +164,7 @@ def test_ready_delay(kube: Kube) -> None:
     pod = _pod(name, node=NODES[1], annotations={READY_DELAY: "1s"})
     pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "100m"}}
     started = time.monotonic()
-    kube.create(f"/api/v1/namespaces/{NS}/pods", pod)
+    kube.post(f"/api/v1/namespaces/{NS}/pods", pod)
     wait_for(lambda: _running(_get_pod(kube, name)), 10, "running", step=0.02)
     assert not _ready(_get_pod(kube, name))
     wait_for(lambda: _ready(_get_pod(kube, name)), 10, "ready", step=0.02)
@@ -173,7 +175,7 @@ def test_reject_annotation_fails_pod_like_the_kubelet(kube: Kube) -> None:
     name = _name("rejected")
     pod = _pod(name, annotations={REJECT: "OutOfcpu"})
     pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "2"}}
-    kube.create(f"/api/v1/namespaces/{NS}/pods", pod)
+    kube.post(f"/api/v1/namespaces/{NS}/pods", pod)
     wait_for(lambda: (_get_pod(kube, name) or {})["status"].get("phase") == "Failed", 10, "Failed")
     status = (_get_pod(kube, name) or {})["status"]
     assert status["reason"] == "OutOfcpu"
@@ -190,27 +192,29 @@ def test_boot_id_follows_node_annotation(kube: Kube) -> None:
     assert old["status"]["nodeInfo"]["bootID"] == old["metadata"]["annotations"][BOOT_ID]
     assert old["status"]["nodeInfo"]["kubeletVersion"] == kubelet_version()
     new_id = str(uuid.uuid4())
-    kube.patch(path, {"metadata": {"annotations": {BOOT_ID: new_id}}})
+    kube.merge_patch(path, {"metadata": {"annotations": {BOOT_ID: new_id}}})
     wait_for(lambda: kube.get(path)["status"]["nodeInfo"]["bootID"] == new_id, 10, "new boot id")
 
 
 def test_minted_identity_is_forbidden(cluster: Cluster, tmp_path: Path) -> None:
     path = cluster.mint_kubeconfig("alice", ["developers"], tmp_path / "alice.kubeconfig")
     with pytest.raises(ApiError) as err:
-        Kube(path).get(f"/api/v1/namespaces/{NS}/pods")
+        Kube.from_kubeconfig(str(path)).get(f"/api/v1/namespaces/{NS}/pods")
     assert err.value.status == 403
     assert "alice" in str(err.value)
 
 
 def test_kubelet_identity_is_confined_to_its_node(cluster: Cluster, tmp_path: Path) -> None:
     """The API server runs as kubeadm runs it: Node authorizer and NodeRestriction."""
-    node = Kube(cluster.mint_node_kubeconfig(NODES[0], tmp_path / "kubelet.kubeconfig"))
+    node = Kube.from_kubeconfig(
+        str(cluster.mint_node_kubeconfig(NODES[0], tmp_path / "kubelet.kubeconfig"))
+    )
     assert node.get(f"/api/v1/nodes/{NODES[0]}")["metadata"]["name"] == NODES[0]
     with pytest.raises(ApiError) as read_other:
         node.get(f"/api/v1/nodes/{NODES[1]}")
     assert read_other.value.status == 403
     with pytest.raises(ApiError) as taint_self:
-        node.patch(
+        node.merge_patch(
             f"/api/v1/nodes/{NODES[0]}",
             {"spec": {"taints": [{"key": "x", "effect": "NoSchedule"}]}},
         )
@@ -227,9 +231,9 @@ def test_admission_as_in_production(cluster: Cluster, kube: Kube) -> None:
     assert any(v["name"].startswith("kube-api-access-") for v in pod["spec"]["volumes"])
     ns = _name("restricted")
     labels = {"pod-security.kubernetes.io/enforce": "restricted"}
-    kube.create("/api/v1/namespaces", {"metadata": {"name": ns, "labels": labels}})
+    kube.post("/api/v1/namespaces", {"metadata": {"name": ns, "labels": labels}})
     with pytest.raises(ApiError) as refused:
-        kube.create(f"/api/v1/namespaces/{ns}/pods", _pod("privileged"))
+        kube.post(f"/api/v1/namespaces/{ns}/pods", _pod("privileged"))
     assert refused.value.status == 403
     assert "PodSecurity" in str(refused.value)
 
@@ -246,7 +250,7 @@ def _etcd_range_at(cluster: Cluster, revision: int) -> int:
 
 def test_compact_etcd(cluster: Cluster, kube: Kube) -> None:
     before = int(kube.get("/api/v1/namespaces/default/configmaps")["metadata"]["resourceVersion"])
-    kube.create("/api/v1/namespaces/default/configmaps", {"metadata": {"name": _name("bump")}})
+    kube.post("/api/v1/namespaces/default/configmaps", {"metadata": {"name": _name("bump")}})
     assert _etcd_range_at(cluster, before) == 200
     assert cluster.compact_etcd() > before
     assert _etcd_range_at(cluster, before) != 200  # "required revision has been compacted"
@@ -295,7 +299,10 @@ def test_cli_up_down_leaves_no_process(tmp_path: Path) -> None:
         assert again.returncode == 0 and "already up" in again.stdout
         node = cli("add-node", "cli-node")
         assert node.returncode == 0, node.stderr
-        assert Kube(kubeconfig).get("/api/v1/nodes/cli-node")["metadata"]["name"] == "cli-node"
+        assert (
+            Kube.from_kubeconfig(str(kubeconfig)).get("/api/v1/nodes/cli-node")["metadata"]["name"]
+            == "cli-node"
+        )
     finally:
         down = cli("down")
     assert down.returncode == 0, down.stderr
@@ -323,7 +330,9 @@ class _FakeKube:
         items = [{"metadata": {"uid": f"u{i}", "resourceVersion": "1"}} for i in range(self.lists)]
         return {"metadata": {"resourceVersion": str(self.lists)}, "items": items}
 
-    def watch(self, path: str, params: dict[str, str], timeout_s: int) -> Iterator[JSON]:
+    def watch(
+        self, path: str, query: dict[str, str], length: int, silence: float
+    ) -> Iterator[JSON]:
         self.watches += 1
         if self.watches == 1:
             yield {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}

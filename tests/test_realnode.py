@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from hack import kubeutil as ku
+from hack import milestones as ms
 from hack.aemm import Aemm, rfc3339
 from hack.cloudfakes import AzureEvent, AzureScheduledEventsFake
 from hack.deb import install_agent
@@ -200,9 +201,17 @@ def kubelet_stopping(node: RealNode) -> float:
 
 
 def agent_line(node: RealNode, text: str) -> dict[str, str]:
+    """The agent's last journal line holding `text`: for what is no milestone."""
     found = [e for e in node.journal("-u", "nodeagent.service") if text in e["MESSAGE"]]
     assert found, f"no {text!r} in the agent's journal"
     return found[-1]
+
+
+def agent_milestone(node: RealNode, name: str, **fields: str) -> float:
+    """When the agent wrote its last milestone `name` with `fields` (hack/milestones.py)."""
+    found = ms.last(node.milestones(), name, **fields)
+    assert found is not None, f"no milestone {name} {fields} in the agent's journal"
+    return found.time
 
 
 def agent_ready(node: RealNode) -> None:
@@ -300,7 +309,7 @@ def test_systemd_cgroup_driver_puts_pods_in_slices_and_a_poweroff_still_drains(e
     start = time.time()
     assert node.run("poweroff").returncode == 0
     assert node.wait_exit(DEADLINE + MARGIN) == 0
-    drained = realtime(agent_line(node, "drain for poweroff: drained"))
+    drained = agent_milestone(node, ms.DRAIN_FINISHED, reason="poweroff", outcome="drained")
     assert start < drained < kubelet_stopping(node)
     # Each pod went by its eviction (its SIGTERM trap ran, exit 0), not by systemd's stop.
     assert all(terminated_by_sigterm(p) for p in on_node(env.pods("web"), node.name))
@@ -334,7 +343,7 @@ def test_poweroff_evicts_real_pods_under_their_pdb_before_the_kubelet_stops(env:
     assert node.wait_exit(DEADLINE + MARGIN) == 0
     assert low.stop() >= 2  # the PDB held throughout
 
-    drained = realtime(agent_line(node, "drain for poweroff: drained"))
+    drained = agent_milestone(node, ms.DRAIN_FINISHED, reason="poweroff", outcome="drained")
     stopping = kubelet_stopping(node)
     assert start < drained < stopping
     print(f"poweroff to drained {drained - start:.1f}s, kubelet stopping {stopping - start:.1f}s")
@@ -377,7 +386,7 @@ def test_sigterm_ignoring_pods_get_their_grace_and_the_deadline_holds(env: Env) 
     # The other pod's 300 s did not hold up the drain or the power-off: at shutdown its
     # eviction cut its grace to the time the drain had left (the real kubelet does not
     # shorten a kill already under way, so a longer grace would keep systemd waiting).
-    ended = realtime(agent_line(node, "drain for poweroff: "))
+    ended = agent_milestone(node, ms.DRAIN_FINISHED, reason="poweroff")
     assert ended - wall < deadline + FINISH + 1
     assert ended < kubelet_stopping(node)
 
@@ -622,13 +631,15 @@ def test_spot_notice_drains_before_the_poweroff_and_the_lock_goes_at_once(env: E
     finally:
         mock.stop()
     assert len([p for p in on_node(env.pods("web"), env.spare) if ku.ready(p)]) == 2
-    entries = node.journal("-u", "nodeagent.service")
-    order = ["PrepareForShutdown(True)", "drain for poweroff: drained", "released the logind"]
-    found = [next((i for i, e in enumerate(entries) if text in e["MESSAGE"]), -1) for text in order]
-    assert -1 not in found and found == sorted(found), found
-    warned = agent_line(node, "drain for warning: drained")
-    assert realtime(warned) < realtime(entries[found[0]])
-    held = realtime(entries[found[2]]) - realtime(entries[found[0]])
+    records = node.milestones()
+    announced = ms.when(records, ms.SHUTDOWN_ANNOUNCED, source="logind")
+    drained = ms.when(records, ms.DRAIN_FINISHED, reason="poweroff", outcome="drained")
+    released = ms.when(records, ms.LOCK_RELEASED)
+    assert announced is not None and drained is not None and released is not None, records
+    assert announced <= drained <= released, (announced, drained, released)
+    warned = agent_milestone(node, ms.DRAIN_FINISHED, reason="warning", outcome="drained")
+    assert warned < announced
+    held = released - announced
     print(f"PrepareForShutdown to the lock's release: {held:.2f}s")
     # Nothing was left for the shutdown's drain: no pod evicted after the warning's drain.
     events = env.kube.get(f"/api/v1/namespaces/{env.ns}/events")["items"]
@@ -673,9 +684,9 @@ def test_azure_events_canceled_and_approved_on_a_real_node(env: Env) -> None:
         assert annotations[marker.DRAIN_RESULT] == "drained"
         assert [a.event_id for a in fake.approvals] == ["preempt-1"]
         # The approval left after the drain's result was written (the agent's own log order).
-        drained = agent_line(node, "drain for warning: drained")
+        drained = agent_milestone(node, ms.DRAIN_FINISHED, reason="warning", outcome="drained")
         approved = agent_line(node, "approved scheduled event preempt-1")
-        assert realtime(drained) <= realtime(approved)
+        assert drained <= realtime(approved)
     finally:
         fake.stop()
 
@@ -718,10 +729,10 @@ def test_rebalance_cordon_on_a_real_node_ends_with_its_lifetime(env: Env) -> Non
         wait_for(lambda: not cordoned(env.kube, node.name), lifetime + 30, "the cordon's end")
         # Undone for its lifetime, not early: the decision came after the notice's time
         # plus the lifetime (the agent's own log, on the host's clock).
-        undone = agent_line(node, "uncordon: the cloud's warning is over")
-        assert realtime(undone) >= notice + lifetime, (realtime(undone), notice)
-        fenced_at = realtime(agent_line(node, "cordon: aws rebalance warning")) - notice
-        print(f"notice to cordon {fenced_at:.1f}s, to uncordon {realtime(undone) - notice:.1f}s")
+        undone = agent_milestone(node, ms.UNCORDONED)
+        assert undone >= notice + lifetime, (undone, notice)
+        fenced_at = agent_milestone(node, ms.CORDONED, reason="warning") - notice
+        print(f"notice to cordon {fenced_at:.1f}s, to uncordon {undone - notice:.1f}s")
         # The endpoint still shows it and the agent reads it again (every 10 s), then twice
         # more: the node stays given back.
         reads = mock.reads(aws.REBALANCE)

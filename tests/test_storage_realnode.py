@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from hack import kubeutil as ku
+from hack import milestones as ms
 from hack.nspawn import realtime
 from hack.realnode import NodeOptions, RealNode, stateful
 from hack.realnode import csi as realcsi
@@ -36,6 +37,7 @@ from tests.test_realnode import (
     Env,
     agent_config,
     agent_line,
+    agent_milestone,
     agent_ready,
     container,
     install_agent,
@@ -236,7 +238,7 @@ def test_poweroff_releases_the_lock_only_after_the_volume_is_detached(
         assert a.wait_exit(120) == 0
         ku.wait_until(lambda: timeline.b_running, 60, "db-0 Running on B")
 
-    released = realtime(agent_line(a, "released the logind delay lock"))
+    released = agent_milestone(a, ms.LOCK_RELEASED)
     waited = agent_line(a, "detach wait")["MESSAGE"]
     detached = attacher_logged(env.cluster, attachment_name(volume, a.name) or "", "Detached")
     assert timeline.b_running is not None
@@ -319,7 +321,7 @@ def test_a_volume_that_cannot_detach_holds_the_departure_only_until_the_deadline
             assert a.run("poweroff").returncode == 0
             assert a.wait_exit(120) == 0
             took = time.time() - start
-        released = realtime(agent_line(a, "released the logind delay lock"))
+        released = agent_milestone(a, ms.LOCK_RELEASED)
         waited = agent_line(a, "detach wait")["MESSAGE"]
         print(f"poweroff took {took:.1f}s, lock released {released - start:.1f}s; {waited}")
         print(f"while it waited, NodeAgentDrained said: {timeline.waiting}")

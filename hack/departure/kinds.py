@@ -2,9 +2,9 @@
 (the agent or not, the kubelet's graceful node shutdown or not). The benchmark's table is
 kinds by configurations.
 
-A new kind is a member of Kind here, its departure in Scene._leave (hack/departure/scene.py),
-its release in Scene._released unless the agent's drain line for a poweroff tells it, and its
-name in bench/departure.py's KINDS and help. A new configuration is an entry of CONFIGS.
+A new kind is a member of Kind here, its row in ways.WAYS (how it leaves, its release unless
+the agent's drain for the shutdown tells it), and its name in bench/departure.py's KINDS and
+help. A new configuration is an entry of CONFIGS.
 """
 
 from __future__ import annotations

@@ -1,23 +1,22 @@
 """One departure under traffic on real nodes: the scene the benchmark and its test share.
 
-Two real nodes (hack/realnode), ``leaving`` and ``staying``; the service (hack/workload) as
-a Deployment spread over both, a do-not-disrupt pod on the leaving node, a PDB and a
+Two real nodes (hack/realnode), ``leaving`` and ``staying``; the service (objects.py) as a
+Deployment spread over both, a do-not-disrupt pod on the leaving node, a PDB and a
 ClusterIP Service; a client namespace whose real kube-proxy runs as the staying node
 (hack/realnode/traffic.py). :meth:`Scene.depart` sends steady traffic and long requests
-through the Service while the leaving node departs, and returns every request's result.
-With the `vm` shape the leaving node is a VM node (hack/departure/vm.py) whose pods the
-client reaches over a tap in its namespace; the staying node is an nspawn node still.
+through the Service while the leaving node departs the way its kind's row in ways.WAYS
+says, and returns every request's result (a :class:`SceneResult`). With the `vm` shape the
+leaving node is a VM node (hack/departure/vm.py) whose pods the client reaches over a tap
+in its namespace; the staying node is an nspawn node still.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
 import functools
 import json
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,59 +24,34 @@ from pathlib import Path
 from typing import Any
 
 from hack import kubeutil as ku
-from hack.aemm import Aemm, rfc3339
+from hack import milestones as ms
 from hack.deb import install_agent
 from hack.departure.kinds import Config, Kind
 from hack.localcluster.cluster import Cluster
-from hack.localcluster.kubeapi import ApiError
 from hack.localcluster.procs import free_ports
-from hack.nspawn import realtime
-from hack.realnode import NodeError, RealNode, stateful
+from hack.realnode import RealNode, stateful
 from hack.realnode import csi as realcsi
 from hack.realnode import daemonset as agent_daemonset
 from hack.realnode.config import CgroupDriver
-from hack.realnode.images import TEST_IMAGE
 from hack.realnode.paths import REPO
-from hack.realnode.traffic import ClientError, ClientNet
-from hack.realnode.workload import PORT, WORKLOAD_IMAGE, import_into
+from hack.realnode.traffic import ClientNet
+from hack.realnode.workload import PORT, import_into
+from nodeagent.kube.client import ApiError
 
+from .objects import APP, DND, LONG_S, REPLICAS, deployment, pod_spec, prefer, spread
+from .trackers import EndpointTracker, StatefulTracker
 from .vm import VM_EXIT_CAP_S, VM_READY_S, VmLeaving
+from .ways import DEPARTURE_CAP_S, POLL_S, READY_TIMEOUT, WAYS, agent_times, released
 
 # The leaving node: an nspawn node, or a VM node (the `vm` shape, hack/departure/vm.py).
 Node = RealNode | VmLeaving
 
-DND = "karpenter.sh/do-not-disrupt"
-EVACUATE_TAINT = "nodeagent.io/evacuate"  # the agent's default evacuate.taints
-APP = "web"
-REPLICAS = 4
-PRESTOP_S = 5
-LONG_S = 20
-# Covers the preStop pause and the long request with room to spare.
-GRACE_S = 45
 RATE = 50.0
 WARMUP_S = 5.0
-# How long an autoscaler without the agent waits between its taint and the termination.
-EVACUATE_WAIT_S = 15.0
 # After the node is off and kube-proxy no longer routes to it: traffic goes on this long.
 TAIL_S = 3.0
-# Bounds a departure and its traffic (an endpoint the kubelet left Ready stays so until the
-# taint manager deletes its pod: 300 s of default toleration after the node is not ready).
-DEPARTURE_CAP_S = 150.0
-READY_TIMEOUT = 180.0
-# The scene's waits list pods or run commands in the nodes: twice a second is enough.
-POLL_S = 0.5
 # After the departure, how long the stateful pod's replacement may take to be Ready.
 STATEFUL_WAIT_S = 60.0
-
-
-# The sigterm-ignoring kind's pod: PID 1 without a handler, a grace far past any deadline.
-STUBBORN = "trap '' TERM; while true; do sleep 1; done"
-STUBBORN_GRACE_S = 300
-# The stop kind's maintenance: the runtime down this long (its containers stopped).
-MAINTENANCE_S = 10.0
-# EC2's Spot interruption notice comes two minutes before the instance is stopped.
-SPOT_NOTICE_S = 120
-WARNING_REASON = "warning"  # the agent's reason for a drain it does for the cloud's warning
 
 
 def agent_config(node: str, extra: str = "", metadata_port: int | None = None) -> str:
@@ -102,75 +76,8 @@ def shorten_budget(node: Node, seconds: int) -> None:
     path.write_text(f"[Login]\nInhibitDelayMaxSec={seconds}\n")
 
 
-# ---- the workload's objects --------------------------------------------------------------
-
-
-def container() -> dict[str, Any]:
-    probe = {"exec": {"command": ["/workload", "-get", "/healthz"]}}
-    return {
-        "name": "app",
-        "image": WORKLOAD_IMAGE,
-        "imagePullPolicy": "Never",
-        "ports": [{"containerPort": PORT, "name": "http"}],
-        "readinessProbe": {**probe, "periodSeconds": 2, "failureThreshold": 1},
-        "lifecycle": {
-            "preStop": {"exec": {"command": ["/workload", "-get", f"/prestop?s={PRESTOP_S}"]}}
-        },
-    }
-
-
-def pod_spec(group: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "nodeSelector": {ku.GROUP_LABEL: group},
-        "terminationGracePeriodSeconds": GRACE_S,
-        # The local control plane publishes no root CA: no token volume.
-        "automountServiceAccountToken": False,
-        "containers": [container()],
-        **extra,
-    }
-
-
-def deployment(ns: str, name: str, tier: str, replicas: int, spec: dict[str, Any],
-               annotations: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
-    labels = {"app": APP, "tier": tier}
-    return {
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels, "annotations": annotations or {}},
-                "spec": spec,
-            },
-        },
-    }
-
-
-def spread(tier: str) -> list[dict[str, Any]]:
-    """Even over the nodes, counting only nodes pods may go to (a cordon takes one out)."""
-    return [
-        {
-            "maxSkew": 1,
-            "topologyKey": "kubernetes.io/hostname",
-            "whenUnsatisfiable": "DoNotSchedule",
-            "labelSelector": {"matchLabels": {"app": APP, "tier": tier}},
-            "nodeTaintsPolicy": "Honor",
-        }
-    ]
-
-
-def prefer(node: str) -> dict[str, Any]:
-    term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
-                                  "values": [node]}]}  # fmt: skip
-    return {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 100, "preference": term}]}}  # fmt: skip
-
-
-# ---- the scene ---------------------------------------------------------------------------
-
-
 @dataclass
-class Departure:
+class SceneResult:
     """What the client saw and when things happened (wall clock)."""
 
     kind: str
@@ -191,7 +98,7 @@ class Departure:
     multi_attach_events: int | None = None
     cgroup_driver: CgroupDriver = "cgroupfs"
     shape: str = "nspawn"
-    # The agent's journal: when it heard the cloud's warning, when that drain ended, when
+    # The agent's milestones: when it heard the cloud's warning, when that drain ended, when
     # the poweroff was asked for, and logind's PrepareForShutdown to the lock's release.
     warning_heard: float | None = None
     warning_drained: float | None = None
@@ -359,23 +266,23 @@ class Scene:
 
     def _deploy(self) -> None:
         kube, ns = self.cluster.kube, self.ns
-        kube.create("/api/v1/namespaces", {"metadata": {"name": ns}})
+        kube.post("/api/v1/namespaces", {"metadata": {"name": ns}})
         if self.daemonset:  # started first: it comes up while the workload does
             self._apply_daemonset()
         main = pod_spec(self.group, topologySpreadConstraints=spread("main"))
         dnd = pod_spec(self.group, affinity=prefer(self.leaving.name))
         apps = f"/apis/apps/v1/namespaces/{ns}/deployments"
-        kube.create(apps, deployment(ns, APP, "main", REPLICAS, main))
+        kube.post(apps, deployment(ns, APP, "main", REPLICAS, main))
         if self.dnd:
-            kube.create(apps, deployment(ns, f"{APP}-dnd", "dnd", 1, dnd, {DND: "true"}))
-        kube.create(
+            kube.post(apps, deployment(ns, f"{APP}-dnd", "dnd", 1, dnd, {DND: "true"}))
+        kube.post(
             f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
             {
                 "metadata": {"name": APP, "namespace": ns},
                 "spec": {"selector": {"matchLabels": {"app": APP}}, "maxUnavailable": 1},
             },
         )
-        svc = kube.create(
+        svc = kube.post(
             f"/api/v1/namespaces/{ns}/services",
             {
                 "metadata": {"name": APP, "namespace": ns},
@@ -420,13 +327,13 @@ class Scene:
                 functools.partial(self._plugin, name), 60, f"the CSI plugin on {name}", step=POLL_S
             )
         with contextlib.suppress(ApiError):  # there already: one per cluster
-            kube.create(stateful.CSIDRIVERS, stateful.csidriver())
+            kube.post(stateful.CSIDRIVERS, stateful.csidriver())
         pv = f"{self.group}-db"
-        kube.create("/api/v1/persistentvolumes", stateful.persistent_volume(pv, ns, self.volume))
-        kube.create(f"/api/v1/namespaces/{ns}/persistentvolumeclaims", stateful.claim(ns, pv))
+        kube.post("/api/v1/persistentvolumes", stateful.persistent_volume(pv, ns, self.volume))
+        kube.post(f"/api/v1/namespaces/{ns}/persistentvolumeclaims", stateful.claim(ns, pv))
         spec = pod_spec(self.group, affinity=prefer(self.leaving.name))
         body = stateful.statefulset(ns, "db", {"app": "db"}, spec)
-        kube.create(f"/apis/apps/v1/namespaces/{ns}/statefulsets", body)
+        kube.post(f"/apis/apps/v1/namespaces/{ns}/statefulsets", body)
         db = ku.wait_until(self.stateful_pod, self.ready_timeout, "db-0 Ready", step=POLL_S)
         if db["spec"]["nodeName"] != self.leaving.name:
             raise RuntimeError("the stateful pod was not scheduled on the leaving node")
@@ -461,7 +368,7 @@ class Scene:
         /healthz be restarted by its liveness probe, mid-drain if need be."""
         labels = {"pod-security.kubernetes.io/enforce": "privileged"}  # host network, bus
         body = {"metadata": {"name": self.agent_ns, "labels": labels}}
-        self.cluster.kube.create("/api/v1/namespaces", body)
+        self.cluster.kube.post("/api/v1/namespaces", body)
         nodes = (self.leaving, self.staying)
         for node, port in zip(nodes, free_ports(len(nodes)), strict=True):
             selector = {"kubernetes.io/hostname": node.name}
@@ -482,7 +389,7 @@ class Scene:
         for node in nodes:
             lock = functools.partial(agent_daemonset.agent_locks, node)
             ku.wait_until(lock, 60, f"the agent's logind delay lock on {node.name}", step=POLL_S)
-            if _pod_log_line(node, self.agent_ns, "metrics server on") is not None:
+            if _pod_log_has(node, self.agent_ns, "metrics server on"):
                 raise RuntimeError(f"the agent on {node.name} has no metrics port (see its log)")
 
     def pods(self) -> list[dict[str, Any]]:
@@ -503,13 +410,16 @@ class Scene:
         with out.open("wb") as f:
             return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO)
 
-    def depart(self, kind: Kind, on_start: Callable[[float], None] = lambda _t: None) -> Departure:
+    def depart(
+        self, kind: Kind, on_start: Callable[[float], None] = lambda _t: None
+    ) -> SceneResult:
         """Traffic, then the departure of `kind`; `on_start` hears its wall-clock start."""
         url = f"http://{self.service_ip}/"
         out = self.workdir / "results"
         out.mkdir(exist_ok=True)
-        if kind is Kind.SIGTERM_IGNORING:
-            self._stubborn_pod()
+        way = WAYS[kind]
+        if way.prepare is not None:
+            way.prepare(self)
         tracker = EndpointTracker(self.client, self.ns)
         moved = StatefulTracker(self) if self.csi_dir else None
         procs: list[subprocess.Popen[bytes]] = []
@@ -518,7 +428,8 @@ class Scene:
             procs.append(self.loadgen("steady", "--url", url, "--rate", str(RATE),
                                       out=out / "steady.jsonl"))  # fmt: skip
             time.sleep(WARMUP_S)
-            names = {n.name for n in self._departing(kind)}
+            nodes: list[Node] = [self.leaving, self.staying] if way.both_nodes else [self.leaving]
+            names = {n.name for n in nodes}
             leaving = [p for p in self.ready_pods() if p["spec"]["nodeName"] in names]
             ips = [p["status"]["podIP"] for p in leaving]
             slow = f"/slow?s={LONG_S}"
@@ -530,18 +441,10 @@ class Scene:
                 self.leaving.sync_clock()  # its journal's times, on the host's clock
             started = time.time()
             on_start(started)
-            off_at = self._leave(kind, notes)
-            # A Spot notice's poweroff comes two minutes in: the cap counts from it.
-            begun = self.poweroff_at if kind is Kind.SPOT_INTERRUPTION else None
-            end = (begun or started) + DEPARTURE_CAP_S
-            while set(ips) & {e.split(":")[0] for e in tracker.current()}:
-                if time.time() > end:
-                    notes.append(
-                        f"kube-proxy still routes to the departed node's pods after "
-                        f"{DEPARTURE_CAP_S:.0f}s: the traffic stopped there"
-                    )
-                    break
-                time.sleep(0.5)
+            off_at = way.leave(self, nodes, notes)
+            # A notice's poweroff may come minutes in: the cap counts from it.
+            begun = self.poweroff_at if way.cap_from_poweroff else None
+            _until_unrouted(tracker, ips, (begun or started) + DEPARTURE_CAP_S, notes)
             time.sleep(TAIL_S)
             if moved is not None and moved.deleted is not None:
                 with contextlib.suppress(ku.WaitTimeout):
@@ -560,11 +463,11 @@ class Scene:
                     proc.kill()
                     proc.wait(10)
         deleted, ready, multi = moved.figures() if moved is not None else (None, None, None)
-        return Departure(
+        return SceneResult(
             kind.value,
             self.config.name,
             started,
-            self._released(kind, off_at),
+            released(self, kind, off_at),
             off_at,
             _jsonl(out / "steady.jsonl"),
             _jsonl(out / "long.jsonl"),
@@ -586,303 +489,21 @@ class Scene:
             raise ValueError(f"the {self.shape} shape runs no DaemonSet agent")
         return self.leaving
 
-    def _departing(self, kind: Kind) -> list[Node]:
-        return [self.leaving, self.staying] if kind is Kind.ROLLING_REBOOT else [self.leaving]
-
-    def _stubborn_pod(self) -> None:
-        """A pod on the leaving node that ignores SIGTERM, its grace far past the deadline
-        (not behind the Service: it serves nothing, it only holds the shutdown)."""
-        spec = pod_spec(self.group, terminationGracePeriodSeconds=STUBBORN_GRACE_S)
-        spec["nodeSelector"] = {"kubernetes.io/hostname": self.leaving.name}
-        spec["containers"] = [{"name": "app", "image": TEST_IMAGE, "imagePullPolicy": "Never",
-                               "command": ["sh", "-c", STUBBORN]}]  # fmt: skip
-        body = deployment(self.ns, "stubborn", "stubborn", 1, spec)
-        body["metadata"]["labels"] = body["spec"]["template"]["metadata"]["labels"] = {
-            "app": "stubborn"
-        }
-        body["spec"]["selector"] = {"matchLabels": {"app": "stubborn"}}
-        self.cluster.kube.create(f"/apis/apps/v1/namespaces/{self.ns}/deployments", body)
-        path = f"/api/v1/namespaces/{self.ns}/pods"
-
-        def running() -> bool:
-            pods = self.cluster.kube.get(path, labelSelector="app=stubborn")["items"]
-            return any((p.get("status") or {}).get("phase") == "Running" for p in pods)
-
-        ku.wait_until(running, READY_TIMEOUT, "the SIGTERM-ignoring pod Running", step=POLL_S)
-
-    def _leave(self, kind: Kind, notes: list[str]) -> float:
-        """Start the departure; return when the (last) leaving node is off."""
-        if kind in (Kind.REBOOT, Kind.ROLLING_REBOOT):
-            return self._reboot(self._departing(kind))
-        if kind is Kind.SOFT_REBOOT:
-            return self._soft_reboot()
-        if kind is Kind.STOP:
-            return self._maintain()
-        node = self.leaving
-        if kind is Kind.SPOT_INTERRUPTION:
-            return self._spot_interruption(notes)
-        if kind is Kind.POWEROFF_TARGET:
-            node.run("systemctl", "start", "--no-block", "poweroff.target")
-            self._wait_off(node, notes)
-            return time.time()
-        if kind is Kind.EVACUATE:
-            taint = {"key": EVACUATE_TAINT, "effect": "NoSchedule"}
-            self.cluster.kube.patch(f"/api/v1/nodes/{node.name}", {"spec": {"taints": [taint]}})
-            wait = DEPARTURE_CAP_S if self.config.agent else EVACUATE_WAIT_S
-            end = time.monotonic() + wait
-            while time.monotonic() < end and not self._emptied():
-                time.sleep(1.0)
-            self.evacuated = time.time() if self._emptied() else None
-            if self.config.agent and self.evacuated is None:
-                notes.append(f"no drain after {wait:.0f}s: powered off all the same")
-        return self._poweroff(notes)
-
-    def _poweroff(self, notes: list[str]) -> float:
-        """`systemctl poweroff` on the leaving node; returns when it is off. With the
-        config's budget, the power is cut when the node is still up after it, as the cloud
-        does at the end of a late notice's time (GCP's hard-off)."""
-        node = self.leaving
-        self.poweroff_at = time.time()
-        if isinstance(node, VmLeaving):
-            node.power_button()  # as a cloud stops an instance: logind's power key
-        else:
-            node.run("systemctl", "poweroff", "--no-block")
-        cut = self.config.budget_s
-        if cut is None:
-            node.wait_exit(self.exit_cap)
-            return time.time()
-        try:
-            node.wait_exit(max(0.0, self.poweroff_at + cut - time.time()))
-        except subprocess.TimeoutExpired:
-            notes.append(f"still up {cut}s after the poweroff: power cut")
-            node.kill()
-        return time.time()
-
-    def _spot_interruption(self, notes: list[str]) -> float:
-        """The Spot notice served from now, its time two minutes ahead (whole seconds, as
-        IMDS states it), and the poweroff at that time. Without an agent nobody reads it."""
-        at = float(int(time.time()) + SPOT_NOTICE_S)
-        log = self.workdir / "aemm.log"
-        notice = ["spot", "-a", "terminate", "-t", rfc3339(at)]
-        mock = Aemm(notice, log, port=self.metadata_port) if self.metadata_port else None
-        try:
-            time.sleep(max(0.0, at - time.time()))
-            return self._poweroff(notes)
-        finally:
-            if mock is not None:
-                mock.stop()
-
-    def _wait_off(self, node: Node, notes: list[str]) -> None:
-        """Until the node is off; one still up after DEPARTURE_CAP_S is noted with what
-        its systemd still has queued, then killed (seen while the nodes' console was an
-        unread pty: PID 1 blocked in a status line once it was full, hack/nspawn.py)."""
-        try:
-            node.wait_exit(DEPARTURE_CAP_S)
-            return
-        except subprocess.TimeoutExpired:
-            pass
-        notes.append(
-            f"still up {DEPARTURE_CAP_S:.0f}s after the shutdown began ({_jobs(node)}): killed"
-        )
-        node.kill()
-
-    def _reboot(self, nodes: list[Node]) -> float:
-        """Reboot `nodes` one after another, as an OS-update wave does (kured): the next
-        only when the one before is back, Ready, uncordoned, and the service whole again.
-        Returns when the last went down; `self.returned` is when the wave was over."""
-        off = time.time()
-        pods = REPLICAS + int(self.dnd)
-        for node in nodes:
-            node.run("systemctl", "reboot", "--no-block")
-            node.wait_exit(self.exit_cap)
-            off = time.time()
-            node.boot(READY_TIMEOUT)  # Ready, and without the agent's cordon
-            if isinstance(node, RealNode):  # a VM's containerd imports them as it starts
-                import_into(node)  # a no-op when containerd kept its images
-            ku.wait_until(
-                lambda: len(self.ready_pods()) >= pods,
-                self.ready_timeout,
-                "the service whole",
-                step=POLL_S,
-            )
-        self.returned = time.time()
-        return off
-
-    def _soft_reboot(self) -> float:
-        """`systemctl soft-reboot` (systemd 254+: userspace only, the same kernel and boot
-        ID), then until the node is Ready with a heartbeat of the new userspace, uncordoned,
-        and the service whole. Returns when the kubelet stopped (by the guest's journal);
-        `self.returned` is when the service was whole again."""
-        node = self.leaving
-        if not isinstance(node, VmLeaving):
-            raise ValueError("soft-reboot needs systemd 254+: the vm shape")
-        before = _userspace(node)
-        sent = time.time()
-        with contextlib.suppress(NodeError):  # the guest agent may stop before it answers
-            node.run("systemctl", "soft-reboot", "--no-block", timeout=30)
-
-        def restarted() -> bool:
-            with contextlib.suppress(NodeError):
-                now = _userspace(node)
-                return bool(now) and now != before
-            return False
-
-        cap = self.exit_cap + self.ready_timeout
-        ku.wait_until(restarted, cap, "the new userspace after the soft-reboot", step=1.0)
-        # A heartbeat from now on is the new kubelet's: the old one stopped before.
-        up = time.monotonic()
-        node.sync_clock()
-        node.wait_ready(self.ready_timeout, since=up)
-        pods = REPLICAS + int(self.dnd)
-        ku.wait_until(lambda: len(self.ready_pods()) >= pods, self.ready_timeout,
-                      "the service whole", step=POLL_S)  # fmt: skip
-        self.returned = time.time()
-        stopped = [
-            # systemd's own lines about the unit: not the kubelet's log, which is long.
-            realtime(e) for e in node.journal("UNIT=kubelet.service")
-            if realtime(e) >= sent and e["MESSAGE"].startswith("Stopped kubelet")
-        ]  # fmt: skip
-        return stopped[0] if stopped else sent
-
-    def _maintain(self) -> float:
-        """An operator's maintenance of the leaving node's runtime (an upgrade of the
-        kubelet and containerd): `systemctl stop nodeagent` first where the agent is
-        installed (it drains, then exits), then the kubelet stopped and every container
-        stopped (SIGTERM), the runtime left down MAINTENANCE_S, and everything started again.
-        Returns when the runtime went down; `self.stopped` is when the agent's stop
-        returned, `self.returned` when the node was Ready and uncordoned again."""
-        node = self.leaving
-        if self.config.agent:
-            node.run("systemctl", "stop", "nodeagent", timeout=self.exit_cap)
-        self.stopped = time.time()
-        node.run("systemctl", "stop", "kubelet", timeout=60)
-        tasks = node.run("ctr", "-n", "k8s.io", "tasks", "ls", "-q", timeout=30).stdout.split()
-        for task in tasks:
-            node.run("ctr", "-n", "k8s.io", "tasks", "kill", task, timeout=30)
-        down = time.time()
-        time.sleep(MAINTENANCE_S)
-        units = ["kubelet", "nodeagent"] if self.config.agent else ["kubelet"]
-        node.run("systemctl", "start", *units, timeout=60)
-        node.wait_ready(self.ready_timeout)
-        self.returned = time.time()
-        return down
-
-    def _drain_line(self, reason: str) -> float | None:
-        if self.daemonset:
-            return _pod_log_line(self._nspawn_leaving(), self.agent_ns, f"drain for {reason}: ")
-        for entry in self.leaving.journal("-u", "nodeagent.service"):
-            if f"drain for {reason}: " in entry["MESSAGE"]:
-                return realtime(entry)
-        return None
+    def agent_milestones(self) -> list[ms.Record]:
+        """The leaving node's agent's milestones, in time order: from its journal (the
+        .deb form) or from its pods' JSON logs (the DaemonSet form)."""
+        if not self.daemonset:
+            return self.leaving.milestones()
+        logs = agent_daemonset.pod_logs(self._nspawn_leaving(), self.agent_ns)
+        lines = [ln for log in logs for ln in log.read_text(errors="replace").splitlines()]
+        return sorted(ms.from_lines(lines), key=lambda r: r.time)
 
     def _agent_times(self) -> dict[str, float | None]:
-        """From the leaving node's agent journal (the .deb form): when it heard the cloud's
-        warning and when that drain ended, and the seconds from logind's first
-        PrepareForShutdown to the lock's release after it."""
+        """The agent's own times (ways.agent_times) where it runs from its .deb."""
         times: dict[str, float | None] = {"poweroff_at": self.poweroff_at}
-        if not self.config.agent or self.daemonset:
-            return times
-        entries = self.leaving.journal("-u", "nodeagent.service")
-        times["warning_heard"] = _first(entries, "aws interruption warning (")
-        times["warning_drained"] = _first(entries, f"drain for {WARNING_REASON}: ")
-        prepared = _first(entries, "PrepareForShutdown(True)")
-        if prepared is not None:
-            after = [e for e in entries if realtime(e) >= prepared]
-            released = _first(after, "released the logind delay lock")
-            times["lock_held_s"] = None if released is None else released - prepared
+        if self.config.agent and not self.daemonset:
+            times.update(agent_times(self.agent_milestones()))
         return times
-
-    def _emptied(self) -> bool:
-        """No pod of the service is left on the leaving node (the agent logs no evacuation
-        outcome line at INFO: the API says when the drain is done)."""
-        return not [p for p in self.pods() if p["spec"].get("nodeName") == self.leaving.name]
-
-    def _released(self, kind: Kind, off: float | None) -> float | None:
-        if kind is Kind.ROLLING_REBOOT:
-            return self.returned  # the wave is over
-        if not self.config.agent:
-            return off
-        if kind is Kind.EVACUATE:
-            return self.evacuated
-        if kind is Kind.STOP:
-            return self.stopped
-        if kind is Kind.SPOT_INTERRUPTION:
-            return self._drain_line(WARNING_REASON)
-        # logind of systemd 252 (the nspawn node's) does not say a reboot from a poweroff:
-        # the agent reports a reboot's drain as one for poweroff. The VM's systemd 257 sends
-        # the type (PrepareForShutdownWithMetadata).
-        if self.shape == "vm" and kind in (Kind.REBOOT, Kind.SOFT_REBOOT):
-            return self._drain_line(kind.value)
-        return self._drain_line(Kind.POWEROFF.value)
-
-
-class StatefulTracker:
-    """When the stateful pod's old incarnation left the API and its replacement was
-    Ready (sampled every 0.2 s), and the Multi-Attach errors the move caused."""
-
-    def __init__(self, scene: Scene) -> None:
-        self.scene = scene
-        pod = scene.stateful_pod()
-        self.old = pod["metadata"]["uid"] if pod else ""
-        self.deleted: float | None = None
-        self.ready: float | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        path = f"/api/v1/namespaces/{self.scene.ns}/pods/db-0"
-        while not self._stop.wait(0.2) and self.ready is None:
-            try:
-                uid = self.scene.cluster.kube.get(path)["metadata"]["uid"]
-            except ApiError as exc:
-                uid = "" if exc.status == 404 else self.old
-            now = time.time()
-            if self.deleted is None and uid != self.old:
-                self.deleted = now
-            pod = self.scene.stateful_pod() if self.deleted is not None else None
-            if pod is not None and pod["metadata"]["uid"] != self.old:
-                self.ready = now
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def figures(self) -> tuple[float | None, float | None, int]:
-        events = self.scene.cluster.kube.get(f"/api/v1/namespaces/{self.scene.ns}/events")
-        return self.deleted, self.ready, len(stateful.multi_attach(events["items"]))
-
-
-class EndpointTracker:
-    """What kube-proxy programs for the Service, sampled each second, kept as changes."""
-
-    def __init__(self, client: ClientNet, ns: str) -> None:
-        self.client, self.ns = client, ns
-        self.changes: list[tuple[float, list[str]]] = []
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                now = self.client.service_endpoints(self.ns, APP)
-            except ClientError:
-                return  # the client is gone: nothing more to see
-
-            with self._lock:
-                if not self.changes or self.changes[-1][1] != now:
-                    self.changes.append((time.time(), now))
-            self._stop.wait(1.0)
-
-    def current(self) -> list[str]:
-        with self._lock:
-            return self.changes[-1][1] if self.changes else []
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
 
 
 def _release_volume(cluster: Cluster, ns: str, nodes: list[Node]) -> None:
@@ -926,40 +547,22 @@ def _keep_pod_logs(node: RealNode, ns: str, path: Path) -> None:
     path.write_text("".join(f"--- {log}\n{log.read_text(errors='replace')}" for log in logs))
 
 
-def _pod_log_line(node: RealNode, ns: str, text: str) -> float | None:
-    """When the kubelet logged the agent pod's first line holding `text` (wall clock).
-    A line of the kubelet's log file: `<RFC 3339, nanoseconds> <stream> <tag> <message>`."""
-    found = []
-    for log in agent_daemonset.pod_logs(node, ns):
-        for line in log.read_text(errors="replace").splitlines():
-            stamp, _, message = line.partition(" ")
-            if text in message:
-                day, _, frac = stamp.rstrip("Z").partition(".")
-                when = datetime.datetime.fromisoformat(day).replace(tzinfo=datetime.UTC)
-                found.append(when.timestamp() + float(f"0.{frac or 0}"))
-                break
-    return min(found, default=None)
+def _until_unrouted(tracker: EndpointTracker, ips: list[str], end: float, notes: list[str]) -> None:
+    """Until kube-proxy no longer routes to `ips` (the departed node's pods), or `end`."""
+    while set(ips) & {e.split(":")[0] for e in tracker.current()}:
+        if time.time() > end:
+            notes.append(
+                f"kube-proxy still routes to the departed node's pods after "
+                f"{DEPARTURE_CAP_S:.0f}s: the traffic stopped there"
+            )
+            return
+        time.sleep(0.5)
 
 
-def _first(entries: list[dict[str, str]], text: str) -> float | None:
-    """When the first journal entry holding `text` was written (wall clock)."""
-    return next((realtime(e) for e in entries if text in e["MESSAGE"]), None)
-
-
-def _jobs(node: Node) -> str:
-    """What the node's systemd still has queued, for a note (its manager may not answer)."""
-    try:
-        out = node.run("systemctl", "list-jobs", "--no-legend", "--no-pager", timeout=10)
-    except (subprocess.TimeoutExpired, NodeError):
-        return "its systemd did not answer"
-    jobs = "; ".join(" ".join(line.split()[1:3]) for line in out.stdout.splitlines())
-    return f"jobs queued: {jobs or 'none'}"
-
-
-def _userspace(node: VmLeaving) -> str:
-    """When the guest's systemd started its userspace (a soft-reboot starts it again)."""
-    out = node.run("systemctl", "show", "-P", "UserspaceTimestampMonotonic", timeout=20)
-    return out.stdout.strip() if out.returncode == 0 else ""
+def _pod_log_has(node: RealNode, ns: str, text: str) -> bool:
+    """Whether an agent pod's log holds `text` (a line that is no milestone)."""
+    logs = agent_daemonset.pod_logs(node, ns)
+    return any(text in log.read_text(errors="replace") for log in logs)
 
 
 def _agent_ready(node: Node) -> bool:

@@ -32,7 +32,7 @@ def longest_failure(rows: list[dict[str, Any]]) -> float:
 
 
 def summarize(departure: Any) -> dict[str, Any]:
-    """One cell of the table (departure: hack.departure.scene.Departure)."""
+    """One cell of the table (departure: hack.departure.scene.SceneResult)."""
     steady = departure.steady
     ok_ms = [r["seconds"] * 1000 for r in steady if r["ok"]]
     failed = [r for r in steady if not r["ok"]]

@@ -14,16 +14,15 @@ The scene's client reaches the VM's pods over a tap in the client's own network 
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hack.departure.kinds import Config
 from hack.kubeutil import GROUP_LABEL
 from hack.localcluster.cluster import Cluster
+from hack.nodebase import KubeNode, wall_clock
 from hack.realnode import NodeError, stateful
 from hack.realnode import csi as realcsi
 from hack.realnode.traffic import ClientNet
@@ -31,35 +30,29 @@ from hack.realnode.workload import ensure_workload_image
 from hack.vmnode import VmError, VmNode, VmOptions, agent
 from hack.vmnode.config import POD_SUBNET, VmLink, guest_kubeconfig
 
+# Read by the tests of the journal's clock (tests/test_departure_shapes.py) from here.
+from hack.vmnode.node import parse_entries as parse_entries
+
 # TCG at nice 19 on a shared machine: a boot to Ready took 33 to 170 s, pods start several
 # times slower than on the nspawn node. The scene's 180 s waits become this on the VM.
 VM_READY_S = 600.0
 # The VM's way down (logind's 128 s for the agent, then the shutdown), where the nspawn node
 # gets 150 s.
 VM_EXIT_CAP_S = 300.0
-JOURNAL_FIELDS = "--output-fields=MESSAGE,_BOOT_ID"
 AGENT_KUBECONFIG = "etc/nodeagent/kubeconfig"
 
 
 @dataclass
-class VmLeaving:
+class VmLeaving(KubeNode):
     vm: VmNode
     # The guest's clock minus the host's, by boot ID (a soft-reboot keeps its boot ID).
     offsets: dict[str, float] = field(default_factory=dict)
 
     error = NodeError
 
-    @property
-    def name(self) -> str:
-        return self.vm.name
-
-    @property
-    def root(self) -> Path:
-        return self.vm.root
-
-    def path(self, inside: str) -> Path:
-        """A file in the node's root: only until its disk is made (at the first boot)."""
-        return self.vm.path(inside)
+    def __post_init__(self) -> None:
+        # Its root is the VM's, a directory only until the disk is made (the first boot).
+        self.cluster, self.name, self.workdir = self.vm.cluster, self.vm.name, self.vm.workdir
 
     @classmethod
     def create(
@@ -114,7 +107,7 @@ class VmLeaving:
         self.offsets[boot_id] = self.vm.clock_offset()
 
     def wait_ready(self, timeout: float, since: float | None = None) -> None:
-        since_wall = time.time() - (time.monotonic() - since if since is not None else 0)
+        since_wall = wall_clock(since)
         try:
             self.vm.wait(
                 max(timeout, VM_READY_S), lambda: self.vm.ready_since(since_wall), "not Ready"
@@ -155,12 +148,7 @@ class VmLeaving:
 
     def journal(self, *args: str) -> list[dict[str, str]]:
         """Journal entries of every boot (JSON fields), their times on the host's clock."""
-        argv = ["-o", "json", JOURNAL_FIELDS, "--no-pager", *args]
-        if self.running():
-            text = self.run("env", "SYSTEMD_COLORS=0", "journalctl", *argv, timeout=180).stdout
-        else:
-            text = self.vm.journal_text(*argv)
-        return on_host_clock(parse_entries(text), self.offsets)
+        return on_host_clock(self.vm.journal(*args), self.offsets)
 
     def messages(self, unit: str) -> list[str]:
         if self.running():
@@ -175,18 +163,6 @@ class VmLeaving:
             path.write_text(self.vm.journal_text("-o", "short-iso-precise"))
         except (OSError, subprocess.SubprocessError, VmError) as exc:
             path.write_text(f"the journal could not be read off the disk: {exc}\n")
-
-
-def parse_entries(text: str) -> list[dict[str, str]]:
-    entries = []
-    for line in text.splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict) and isinstance(entry.get("MESSAGE"), str):
-            entries.append(entry)
-    return entries
 
 
 def on_host_clock(entries: list[dict[str, str]], offsets: dict[str, float]) -> list[dict[str, str]]:

@@ -4,113 +4,33 @@ Every agent runs as its node, as the host form does by default (client certifica
 CN=system:node:<node>, O=system:nodes), so the audit policy logs that group (Metadata
 level: verb, resource, user, code, stage times, never bodies); the controllers and the
 kubelet simulator run as other users and are not logged, but for the simulator's pod
-DELETEs, which time a drain's last pod (as bench/audit.py's do for the drain benchmark). The
-floor's drains (bench/fleet.py) log as the DRAINERS group. A watch is logged when its
-response starts and when it ends, so the log also says how many watches each agent held and
-for how long.
+DELETEs, which time a drain's last pod (hack/auditlog.py: the log and its reading, shared
+with the drain benchmark). The floor's drains (bench/fleet.py) log as the DRAINERS group. A
+watch is logged when its response starts and when it ends, so the log also says how many
+watches each agent held and for how long.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import Any
+
+from hack import auditlog
+from hack.auditlog import DRAINERS, READS, WRITES, Call, within
 
 AGENTS = "system:nodes"
 AGENT_PREFIX = "system:node:"
-# The group of the benchmarks' drainers (bench/drainers.py): the fleet's floor drains, the
-# drain benchmark's nodeagent, kubectl and floor drains.
-DRAINERS = "bench:drainers"
-SIM_USER = "admin"  # the kubelet simulator's identity (hack/localcluster, admin kubeconfig)
-POLICY = f"""apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived"]
-rules:
-  - level: Metadata
-    userGroups: ["{AGENTS}", "{DRAINERS}"]
-  - level: Metadata
-    users: ["{SIM_USER}"]
-    verbs: ["delete"]
-    resources: [{{group: "", resources: ["pods"]}}]
-  - level: None
-"""
-WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
-READS = frozenset({"get", "list"})
 NODE_RESOURCES = frozenset({"nodes", "nodes/status"})
 
 
 def apiserver_args(workdir: Path) -> list[str]:
     """kube-apiserver flags logging the agents' and the floor's requests."""
-    policy = workdir / "fleet-audit-policy.yaml"
-    policy.write_text(POLICY)
-    return [f"--audit-policy-file={policy}", f"--audit-log-path={log_path(workdir)}"]
-
-
-def log_path(workdir: Path) -> Path:
-    return workdir / "audit.log"
-
-
-@dataclass
-class Call:
-    user: str
-    verb: str
-    resource: str  # "nodes/status", "pods/eviction", "leases.coordination.k8s.io"
-    namespace: str
-    code: int
-    received: float  # seconds since the epoch (the API server's clock: this machine's)
-    completed: float | None  # None: still running (a watch held open)
-
-
-def stamp(text: str) -> float:
-    """An audit event's timestamp, in seconds since the epoch."""
-    return datetime.fromisoformat(text).timestamp()
-
-
-def resource_name(event: dict[str, Any]) -> str:
-    """What an audit event's request was to: 'pods/eviction', 'leases.coordination.k8s.io'."""
-    ref = event.get("objectRef")
-    if not ref:  # discovery and other non-resource paths
-        return str(event.get("requestURI", "?")).split("?")[0]
-    name = str(ref.get("resource", "?"))
-    if ref.get("apiGroup"):
-        name += f".{ref['apiGroup']}"
-    if ref.get("subresource"):
-        name += f"/{ref['subresource']}"
-    return name
-
-
-def read(path: Path) -> list[Call]:
-    """Every logged request once, with its completion time if it completed."""
-    calls: dict[str, Call] = {}
-    with path.open() as fh:
-        for line in fh:
-            event = json.loads(line)
-            call = calls.get(event["auditID"])
-            if call is None:
-                call = calls[event["auditID"]] = Call(
-                    user=event["user"]["username"],
-                    verb=event["verb"],
-                    resource=resource_name(event),
-                    namespace=str((event.get("objectRef") or {}).get("namespace", "")),
-                    code=int((event.get("responseStatus") or {}).get("code") or 0),
-                    received=stamp(event["requestReceivedTimestamp"]),
-                    completed=None,
-                )
-            if event["stage"] in ("ResponseComplete", "Panic"):
-                call.completed = stamp(event["stageTimestamp"])
-                call.code = int((event.get("responseStatus") or {}).get("code") or call.code)
-    return sorted(calls.values(), key=lambda c: c.received)
+    return auditlog.apiserver_args(workdir, [AGENTS, DRAINERS], "fleet-audit-policy.yaml")
 
 
 def agents_only(calls: list[Call]) -> list[Call]:
     return [c for c in calls if c.user.startswith(AGENT_PREFIX)]
-
-
-def within(calls: list[Call], start: float, end: float) -> list[Call]:
-    return [c for c in calls if start <= c.received < end]
 
 
 @dataclass(frozen=True)
@@ -166,11 +86,6 @@ def _watches_held(calls: list[Call], start: float, end: float) -> tuple[float, i
             if start <= t < end:
                 most = max(most, sum(1 for w in mine if w.received <= t < (w.completed or end)))
     return total / (end - start), most
-
-
-def throttled(calls: list[Call], start: float, end: float) -> int:
-    """429 answers to the agents in [start, end)."""
-    return sum(1 for c in within(calls, start, end) if c.code == 429)
 
 
 def unanswered_429s(calls: list[Call], start: float, end: float) -> list[Call]:

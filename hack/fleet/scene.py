@@ -15,9 +15,9 @@ from pathlib import Path
 
 import yaml
 
+from hack import auditlog
 from hack import kubeutil as ku
 from hack.fleet import apiusage
-from hack.fleet.apiusage import SIM_USER
 from hack.fleet.residents import Residents
 from hack.localcluster.cluster import Cluster
 from nodeagent.kube.client import JSON, Kube, node_path
@@ -148,15 +148,15 @@ def storm(kube: Kube, residents: Residents, lay: Layout, audit_log: Path) -> Sto
     ready = wait_ready(kube, lay, began, READY_TIMEOUT)
     cpu = [a.cpu_seconds() for a in residents.agents]
     time.sleep(1.0)  # the last requests' audit entries
-    calls = apiusage.agents_only(apiusage.read(audit_log))
+    calls = apiusage.agents_only(auditlog.read(audit_log))
     end = began + max(ready.values()) + 1.0
-    kinds = Counter((c.verb, c.resource) for c in apiusage.within(calls, began, end))
+    kinds = Counter((c.verb, c.resource) for c in auditlog.within(calls, began, end))
     return Storm(
         ready_s=max(ready.values()),
         median_s=statistics.median(ready.values()),
         restarts=residents.restarts,
         exits=residents.exit_codes(),
-        throttled=apiusage.throttled(calls, began, end),
+        throttled=auditlog.throttled(calls, began, end),
         cpu_s=cpu,
         requests={k: n / len(lay.agents) for k, n in sorted(kinds.items())},
     )
@@ -178,20 +178,10 @@ def _gone(kube: Kube, node: str) -> bool:
     return not ku.pods_on(kube, node)
 
 
-def _last_pod_gone(calls: list[apiusage.Call], ns: str, since: float) -> float:
-    deletes = [
-        c.received
-        for c in calls
-        if (c.user, c.verb, c.resource, c.namespace) == (SIM_USER, "delete", "pods", ns)
-        and c.received >= since
-    ]
-    return max(deletes, default=0.0)
-
-
-def _phases(calls: list[apiusage.Call], user: str, node: str, ns: str, since: float) -> NodeDrain:
+def _phases(calls: list[auditlog.Call], user: str, node: str, ns: str, since: float) -> NodeDrain:
     mine = [c for c in calls if c.user == user and c.received >= since]
     evictions = [c.received for c in mine if c.resource == "pods/eviction"]
-    gone = _last_pod_gone(calls, ns, since)
+    gone = auditlog.last_pod_gone(calls, ns, since)
     first = mine[0].received if mine else since
     return NodeDrain(
         node,
@@ -222,7 +212,7 @@ def wave(kube: Kube, lay: Layout, audit_log: Path) -> list[NodeDrain]:
         left = {n for n in left if not _gone(kube, n)}
         time.sleep(POLL)
     time.sleep(1.0)
-    calls = apiusage.read(audit_log)
+    calls = auditlog.read(audit_log)
     return [
         _phases(calls, f"{apiusage.AGENT_PREFIX}{n}", n, lay.namespace[n], tainted[n])
         for n in lay.wave

@@ -7,12 +7,13 @@ plus the kubelet simulator, all on loopback, for tests, benchmarks and demos.
     cluster.stop()
 
 State (ports, pids) lives in WORKDIR/state.json, so Cluster.load(WORKDIR).stop() works from
-another process; logs are in WORKDIR/logs/<component>.log.
+another process; logs are in WORKDIR/logs/<component>.log. The components' command lines are
+components.py's; hack/cluster's command line is cli.py's. The API client is the product's
+(nodeagent.kube.client).
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import contextlib
 import json
@@ -20,7 +21,6 @@ import os
 import shutil
 import ssl
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -30,8 +30,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from hack.kubeutil import wait_until
+from nodeagent.kube.client import ApiError, Kube
+
 from . import pki
-from .kubeapi import ApiError, Kube, wait_for
+from .components import (
+    APISERVER,
+    ATTACHER,
+    COMPONENTS,
+    CSI_CONTROLLER,
+    CSI_PROCS,
+    ETCD,
+    KCM,
+    PORTS,
+    SCHEDULER,
+    SIM,
+    STOP_PHASES,
+    command,
+    scheduler_config,
+)
 from .kubeconfig import write_kubeconfig, write_rotating_kubeconfig
 from .kubelet_sim import SIM_LABEL
 from .podstatus import DEFAULT_CAPACITY
@@ -40,45 +57,7 @@ from .procs import TERM_GRACE, ProcRef, free_ports, log_tail, proc_ref, spawn, t
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "hack" / "build-control-plane.sh"
 STATE_FILE = "state.json"
-ETCD, APISERVER, KCM, SCHEDULER, SIM = (
-    "etcd",
-    "kube-apiserver",
-    "kube-controller-manager",
-    "kube-scheduler",
-    "kubelet-sim",
-)
-COMPONENTS = (ETCD, APISERVER, KCM, SCHEDULER, SIM)
-# The CSI attach path, started on demand (start_attacher): the driver's controller side
-# (Kubernetes' mock CSI driver) and the external-attacher that calls it (hack/csi/build.sh).
-ATTACHER, CSI_CONTROLLER = "csi-attacher", "csi-mock"
-CSI_PROCS = (ATTACHER, CSI_CONTROLLER)
-STOP_PHASES = ((ATTACHER,), (CSI_CONTROLLER, SIM, SCHEDULER, KCM), (APISERVER,), (ETCD,))
-PORTS = ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler")
-CONTROLLERS = (
-    "disruption-controller",
-    "node-lifecycle-controller",
-    # Claims bind to (static) volumes; volumes attach and detach through VolumeAttachments.
-    "persistentvolume-binder-controller",
-    "persistentvolume-attach-detach-controller",
-    # Runs the NoExecute taint manager; it must share a process with the node lifecycle
-    # controller, which taints Nodes not-ready/unreachable (kubeadm's default set has both).
-    "taint-eviction-controller",
-    # What Services route on: kube-proxy (hack/realnode/traffic.py) reads EndpointSlices.
-    "endpointslice-controller",
-    "endpointslice-mirroring-controller",
-    "namespace-controller",
-    "garbage-collector-controller",
-    "deployment-controller",
-    "replicaset-controller",
-    "daemonset-controller",
-    "statefulset-controller",
-    "job-controller",
-    "replicationcontroller-controller",
-    "serviceaccount-controller",
-    "pod-garbage-collector-controller",
-    "clusterrole-aggregation-controller",
-)
-SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
 BUILD_TIMEOUT = 3600.0
 READY_TIMEOUT = {ETCD: 30.0, APISERVER: 90.0, KCM: 60.0, SCHEDULER: 60.0, SIM: 60.0}
 CSI_READY_TIMEOUT = 30.0
@@ -166,9 +145,10 @@ class Cluster:
 
     @property
     def kube(self) -> Kube:
-        """A JSON client with admin rights (created on first use)."""
+        """The product's client (nodeagent.kube.client) with admin rights, made on first
+        use."""
         if self._kube is None:
-            self._kube = Kube(self.kubeconfig)
+            self._kube = Kube.from_kubeconfig(str(self.kubeconfig))
         return self._kube
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -395,11 +375,11 @@ class Cluster:
         status = {"capacity": DEFAULT_CAPACITY, "allocatable": DEFAULT_CAPACITY}
         body = {"apiVersion": "v1", "kind": "Node", "metadata": meta, "status": status}
         try:
-            self.kube.create("/api/v1/nodes", body)
+            self.kube.post("/api/v1/nodes", body)
         except ApiError as exc:
             if exc.status != 409:
                 raise
-        wait_for(lambda: self._node_schedulable(name), timeout, f"node {name} to become Ready")
+        wait_until(lambda: self._node_schedulable(name), timeout, f"node {name} to become Ready")
 
     def _node_schedulable(self, name: str) -> bool:
         node = self.kube.get(f"/api/v1/nodes/{name}")
@@ -451,124 +431,20 @@ class Cluster:
         return pki.KeyPair(self.pki_dir / f"{stem}.crt", self.pki_dir / f"{stem}.key")
 
     def _write_scheduler_config(self) -> None:
-        config = (
-            "apiVersion: kubescheduler.config.k8s.io/v1\n"
-            "kind: KubeSchedulerConfiguration\n"
-            "clientConnection:\n"
-            f"  kubeconfig: {self.workdir / 'scheduler.kubeconfig'}\n"
-            "  qps: 200\n"
-            "  burst: 400\n"
-            "leaderElection:\n"
-            "  leaderElect: false\n"
-        )
-        (self.workdir / "scheduler.yaml").write_text(config)
-
-    def _args(self, name: str) -> list[str]:
-        builders: dict[str, Callable[[], list[str]]] = {
-            ETCD: self._etcd_args,
-            APISERVER: self._apiserver_args,
-            KCM: self._kcm_args,
-            SCHEDULER: self._scheduler_args,
-            SIM: self._sim_args,
-        }
-        return builders[name]()
-
-    def _etcd_args(self) -> list[str]:
-        client, peer = self.etcd_url, f"http://127.0.0.1:{self.ports['etcd-peer']}"
-        return [
-            str(self.bin_dir / "etcd"),
-            "--name=local",
-            f"--data-dir={self.workdir / 'etcd'}",
-            f"--listen-client-urls={client}",
-            f"--advertise-client-urls={client}",
-            f"--listen-peer-urls={peer}",
-            f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster=local={peer}",
-            "--unsafe-no-fsync=true",
-            # As kubeadm runs etcd (cmd/kubeadm/app/phases/etcd/local.go): the API server's
-            # watch cache learns the current revision every 5 s, so a quiet resource's
-            # watchers still get their bookmark every minute (etcd's default: 10 minutes).
-            "--experimental-watch-progress-notify-interval=5s",
-            "--enable-grpc-gateway=true",
-            "--log-level=warn",
-        ]
-
-    def _apiserver_args(self) -> list[str]:
-        p = self.pki_dir
-        return [
-            str(self.bin_dir / "kube-apiserver"),
-            f"--etcd-servers={self.etcd_url}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            f"--secure-port={self.ports['apiserver']}",
-            f"--cert-dir={self.workdir / 'certs' / 'apiserver'}",
-            f"--tls-cert-file={p / 'apiserver.crt'}",
-            f"--tls-private-key-file={p / 'apiserver.key'}",
-            f"--client-ca-file={p / 'ca.crt'}",
-            "--service-cluster-ip-range=10.96.0.0/16",
-            "--allow-privileged=true",
-            # As kubeadm runs it: the Node authorizer and NodeRestriction confine a kubelet
-            # identity to its own Node and pods; ServiceAccount and PodSecurity admission
-            # stay on (PodSecurity is on by default).
-            "--authorization-mode=Node,RBAC",
-            "--enable-admission-plugins=NodeRestriction",
-            f"--service-account-issuer={SA_ISSUER}",
-            f"--service-account-key-file={p / 'sa.pub'}",
-            f"--service-account-signing-key-file={p / 'sa.key'}",
-            "--endpoint-reconciler-type=none",
-            "--shutdown-watch-termination-grace-period=2s",  # else TERM waits on open watches
-            "--max-requests-inflight=800",
-            "--max-mutating-requests-inflight=400",
-            *self.apiserver_extra_args,
-        ]
-
-    def _kcm_args(self) -> list[str]:
-        return [
-            str(self.bin_dir / "kube-controller-manager"),
-            f"--kubeconfig={self.workdir / 'controller-manager.kubeconfig'}",
-            "--leader-elect=false",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={self.ports['controller-manager']}",
-            f"--cert-dir={self.workdir / 'certs' / 'controller-manager'}",
-            f"--controllers={','.join(CONTROLLERS)}",
-            "--use-service-account-credentials=true",
-            "--node-monitor-period=2s",
-            "--node-monitor-grace-period=40s",
-            "--node-startup-grace-period=60s",
-            "--kube-api-qps=200",
-            "--kube-api-burst=400",
-        ]
-
-    def _scheduler_args(self) -> list[str]:
-        return [
-            str(self.bin_dir / "kube-scheduler"),
-            f"--config={self.workdir / 'scheduler.yaml'}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={self.ports['scheduler']}",
-            f"--cert-dir={self.workdir / 'certs' / 'scheduler'}",
-        ]
-
-    def _sim_args(self) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "hack.localcluster.kubelet_sim",
-            f"--kubeconfig={self.kubeconfig}",
-            f"--ready-file={self._sim_ready_file}",
-            *self.sim_extra_args,
-        ]
+        (self.workdir / "scheduler.yaml").write_text(scheduler_config(self))
 
     @property
-    def _sim_ready_file(self) -> Path:
+    def sim_ready_file(self) -> Path:
+        """Written by the kubelet simulator once it runs."""
         return self.workdir / "kubelet-sim.ready"
 
     def _spawn(self, name: str) -> None:
         env = None
         if name == SIM:
-            self._sim_ready_file.unlink(missing_ok=True)
+            self.sim_ready_file.unlink(missing_ok=True)
             pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
             env = {**os.environ, "PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1"}
-        child, ref = spawn(self._args(name), self.log_path(name), cwd=REPO, env=env)
+        child, ref = spawn(command(self, name), self.log_path(name), cwd=REPO, env=env)
         self._children[name] = child
         self.procs[name] = ref
         self._save()
@@ -583,7 +459,7 @@ class Cluster:
             APISERVER: self._apiserver_ready,
             KCM: lambda: _probe(self._healthz("controller-manager"), _insecure()),
             SCHEDULER: lambda: _probe(self._healthz("scheduler"), _insecure()),
-            SIM: self._sim_ready_file.exists,
+            SIM: self.sim_ready_file.exists,
         }
         timeout = READY_TIMEOUT[name]
         deadline = time.monotonic() + timeout
@@ -642,110 +518,3 @@ def stray_processes(workdir: Path) -> list[ProcRef]:
             if ref is not None:
                 found.append(ref)
     return [r for r in found if r.alive()]
-
-
-# ---- command line ------------------------------------------------------------------------
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hack/cluster", description="Local test cluster.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    up = sub.add_parser("up", help="start the cluster (detached) and write a kubeconfig")
-    up.add_argument("--kubeconfig", type=Path, required=True, help="where to write admin creds")
-    up.add_argument("--nodes", type=int, default=0, help="simulated nodes to add (sim-node-N)")
-    down = sub.add_parser("down", help="stop every process of the cluster")
-    node = sub.add_parser("add-node", help="add a simulated node")
-    node.add_argument("name")
-    node.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
-    creds = sub.add_parser("kubeconfig", help="mint a kubeconfig for a restricted identity")
-    creds.add_argument("--user", required=True)
-    creds.add_argument("--group", action="append", default=[])
-    creds.add_argument("--out", type=Path, required=True)
-    status = sub.add_parser("status", help="print the state of the cluster")
-    for p in (up, down, node, creds, status):
-        p.add_argument(
-            "--workdir",
-            type=Path,
-            help="default: $NODEAGENT_CLUSTER_DIR or ~/.cache/nodeagent/cluster",
-        )
-    return parser
-
-
-def _cmd_up(args: argparse.Namespace, workdir: Path) -> int:
-    if (workdir / STATE_FILE).exists():
-        existing = Cluster.load(workdir)
-        if existing.ready():
-            existing.export_kubeconfig(args.kubeconfig)
-            print(f"cluster already up at {existing.server}; wrote {args.kubeconfig}")
-            return 0
-        existing.stop()
-    started = time.monotonic()
-    cluster = Cluster.start(workdir, args.kubeconfig)
-    for i in range(1, args.nodes + 1):
-        cluster.add_node(f"sim-node-{i}")
-    took = time.monotonic() - started
-    print(f"cluster up at {cluster.server} in {took:.1f}s; kubeconfig: {args.kubeconfig}")
-    print(f"logs: {workdir / 'logs'}; stop with: hack/cluster down --workdir {workdir}")
-    return 0
-
-
-def _cmd_down(workdir: Path) -> int:
-    try:
-        cluster = Cluster.load(workdir)
-    except ClusterError:
-        left = terminate(stray_processes(workdir))
-        print(f"no cluster state in {workdir}" + (f"; {len(left)} left" if left else ""))
-        return 1 if left else 0
-    cluster.stop()
-    print(f"cluster in {workdir} stopped")
-    return 0
-
-
-def _running_cluster(workdir: Path) -> Cluster:
-    cluster = Cluster.load(workdir)
-    if not cluster.ready():
-        raise ClusterError(f"the cluster in {workdir} is not running (hack/cluster up)")
-    return cluster
-
-
-def _labels(pairs: Sequence[str]) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise ClusterError(f"--label wants KEY=VALUE, got {pair!r}")
-        out[key] = value
-    return out
-
-
-def _cmd_status(workdir: Path) -> int:
-    cluster = Cluster.load(workdir)
-    for name in COMPONENTS:
-        ref = cluster.procs.get(name)
-        state = "running" if ref and ref.alive() else "stopped"
-        print(f"{name:24} {state:8} pid {ref.pid if ref else '-'}")
-    print(f"server {cluster.server} ready={cluster.ready()}")
-    return 0 if cluster.running() else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    workdir = (args.workdir or default_workdir()).expanduser().absolute()
-    try:
-        if args.command == "up":
-            return _cmd_up(args, workdir)
-        if args.command == "down":
-            return _cmd_down(workdir)
-        if args.command == "status":
-            return _cmd_status(workdir)
-        cluster = _running_cluster(workdir)
-        if args.command == "add-node":
-            cluster.add_node(args.name, _labels(args.label))
-            print(f"node {args.name} is Ready")
-        else:
-            path = cluster.mint_kubeconfig(args.user, args.group, args.out)
-            print(f"wrote {path} for user {args.user} groups {args.group}")
-        return 0
-    except (ClusterError, ApiError, TimeoutError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1

@@ -35,9 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nodeagent.kube.client import ApiError, Kube, KubeError
+
 from . import podstatus as ps
-from .kubeapi import STRATEGIC_PATCH, ApiError, Kube, KubeError, Reflector
 from .quantity import parse_duration
+from .reflector import Reflector
 
 JSON = dict[str, Any]
 log = logging.getLogger("kubelet-sim")
@@ -272,7 +274,7 @@ class Simulator:
                 continue
             uid = str(_meta(pod)["uid"])
             body = ps.shutdown_status(pod, at)
-            self._note_written(uid, self.kube.patch(_pod_path(pod, "/status"), body))
+            self._note_written(uid, self.kube.merge_patch(_pod_path(pod, "/status"), body))
             log.info("killed at shutdown %s", _pod_path(pod))
 
     def _node_appeared(self, name: str) -> None:
@@ -287,7 +289,7 @@ class Simulator:
         if sim is None:
             return
         body = {"metadata": {"annotations": {BOOT_ID: sim.boot_id}}}
-        self.kube.patch(f"/api/v1/nodes/{name}", body)
+        self.kube.merge_patch(f"/api/v1/nodes/{name}", body)
 
     def _post_status(self, name: str) -> None:
         with self.lock:
@@ -297,7 +299,7 @@ class Simulator:
         started = time.monotonic()
         body = ps.node_status(sim.obj, sim.boot_id)
         body["metadata"] = {"uid": sim.uid}
-        sim.obj = self.kube.patch(f"/api/v1/nodes/{name}/status", body, STRATEGIC_PATCH)
+        sim.obj = self.kube.strategic_patch(f"/api/v1/nodes/{name}/status", body)
         sim.last_status = started
 
     def _renew_lease(self, name: str) -> None:
@@ -309,14 +311,14 @@ class Simulator:
         spec["renewTime"] = ps.now_micro()
         path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases"
         try:
-            self.kube.patch(f"{path}/{name}", {"spec": spec})
+            self.kube.merge_patch(f"{path}/{name}", {"spec": spec})
         except ApiError as exc:
             if exc.status != 404:
                 raise
             owner = {"apiVersion": "v1", "kind": "Node", "name": name, "uid": sim.uid}
             meta = {"name": name, "namespace": LEASE_NS, "ownerReferences": [owner]}
             lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta}
-            self.kube.create(path, {**lease, "spec": spec})
+            self.kube.post(path, {**lease, "spec": spec})
 
     def _heartbeat(self) -> None:
         while not self.stopping.wait(self.lease_interval):
@@ -399,7 +401,7 @@ class Simulator:
         if delay > 0:
             self._schedule_ready(uid, delay)  # before the write: its watch event may come first
         body = ps.running_status(pod, self._host_ip(pod), self._pod_ip(uid), ready=delay <= 0)
-        self._note_written(uid, self.kube.patch(_pod_path(pod, "/status"), body))
+        self._note_written(uid, self.kube.merge_patch(_pod_path(pod, "/status"), body))
         log.info("running %s%s", _pod_path(pod), f" (ready in {delay}s)" if delay > 0 else "")
 
     def _schedule_ready(self, uid: str, delay: float) -> None:
@@ -413,7 +415,9 @@ class Simulator:
             return
         if (pod.get("status") or {}).get("phase") != "Running":
             return
-        self._note_written(uid, self.kube.patch(_pod_path(pod, "/status"), ps.ready_status(pod)))
+        self._note_written(
+            uid, self.kube.merge_patch(_pod_path(pod, "/status"), ps.ready_status(pod))
+        )
         with self.lock:
             self.made_ready.add(uid)
         log.info("ready %s", _pod_path(pod))
@@ -425,7 +429,7 @@ class Simulator:
         reason = _annotations(pod)[REJECT]
         message = _annotations(pod).get(REJECT_MESSAGE) or self._reject_message(pod, reason)
         body = ps.rejected_status(pod, reason, message)
-        self._note_written(uid, self.kube.patch(_pod_path(pod, "/status"), body))
+        self._note_written(uid, self.kube.merge_patch(_pod_path(pod, "/status"), body))
         log.info("rejected %s: %s", _pod_path(pod), reason)
 
     def _reject_message(self, pod: JSON, reason: str) -> str:
@@ -499,7 +503,8 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    kube = Kube(args.kubeconfig, pool_size=args.workers * 2 + 4)
+    # The product's client: its pool (64 connections) holds the workers' and the watches'.
+    kube = Kube.from_kubeconfig(args.kubeconfig)
     sim = Simulator(
         kube,
         workers=args.workers,

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from hack.localcluster.cluster import Cluster, ClusterError, default_workdir
-from hack.localcluster.kubeapi import KubeError
+from nodeagent.kube.client import KubeError
 
 from .build import BuildError, ensure_all
 from .config import CGROUP_DRIVERS, NodeOptions

@@ -50,7 +50,7 @@ def values(
 ) -> list[str]:
     """The chart's values for the real nodes `selector` picks (elsewhere the DaemonSet
     would run on simulated nodes); the chart's drain deadline and metrics port unless
-    given."""
+    given. Its JSON logs stay: the agent's milestones are read from them (hack/milestones.py)."""
     keys = [k.replace(".", "\\.") for k in selector]
     return [
         "identity=kubelet",
@@ -59,7 +59,6 @@ def values(
         *[f"nodeSelector.{k}={v}" for k, v in zip(keys, selector.values(), strict=True)],
         *([f"config.drain.deadline={deadline}"] if deadline else []),
         *([f"metrics.port={metrics_port}"] if metrics_port else []),
-        "config.log_format=text",
         # No request to a real 169.254.169.254 from the host's network.
         "config.warnings.cloud=off",
         # The real node's pods have a network without a route to the host, where the

@@ -8,11 +8,12 @@ control plane (hack/localcluster) with its own ``system:node:<name>`` client cer
 Each node boots a private copy of the cached root (hack/realnode-root) with the kubelet
 (hack/build-kubelet.sh) and the locally built images bind-mounted read-only. State lives in
 WORKDIR/state.json, so ``RealNode.load(cluster, WORKDIR).stop()`` works from another process.
+What it shares with the VM node (the Node's readiness, its deletion, the agent's milestones in
+its journal) is hack/nodebase.py's.
 """
 
 from __future__ import annotations
 
-import calendar
 import contextlib
 import json
 import os
@@ -24,8 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from hack.localcluster.cluster import Cluster
-from hack.localcluster.kubeapi import ApiError
 from hack.localcluster.procs import ProcRef, free_ports, proc_ref
+from hack.nodebase import KubeNode, wall_clock
 from hack.nspawn import Container
 
 from . import build, host
@@ -47,7 +48,7 @@ class NodeError(RuntimeError):
 
 
 @dataclass
-class RealNode(Container):
+class RealNode(Container, KubeNode):
     cluster: Cluster
     name: str
     workdir: Path
@@ -169,21 +170,8 @@ class RealNode(Container):
 
     def wait_ready(self, timeout: float, since: float | None = None) -> None:
         """Until the Node is Ready, with a heartbeat from this boot, and without taints."""
-        since_wall = time.time() - (time.monotonic() - since if since is not None else 0)
-        self.wait_booted(timeout, lambda: self._ready(since_wall), "not Ready")
-
-    def _ready(self, since_wall: float) -> bool:
-        try:
-            obj = self.cluster.kube.get(f"/api/v1/nodes/{self.name}")
-        except ApiError as exc:
-            if exc.status == 404:
-                return False
-            raise
-        conds = (obj.get("status") or {}).get("conditions") or []
-        ready = [c for c in conds if c.get("type") == "Ready" and c.get("status") == "True"]
-        taints = (obj.get("spec") or {}).get("taints") or []
-        fresh = bool(ready) and _rfc3339(ready[0]["lastHeartbeatTime"]) >= int(since_wall)
-        return fresh and not any(t["key"].startswith("node.kubernetes.io/") for t in taints)
+        since_wall = wall_clock(since)
+        self.wait_booted(timeout, lambda: self.ready_since(since_wall), "not Ready")
 
     def nspawn_pid(self) -> int | None:
         """The nspawn process: started here, or recorded by the process that started it."""
@@ -208,7 +196,7 @@ class RealNode(Container):
         host.wait_links_gone(self.ports)
         host.release_slot(self.slot.slot)
         if not keep_node:
-            self._delete_node()
+            self.delete_node()
         shutil.rmtree(self.root, ignore_errors=True)
         (self.workdir / STATE_FILE).unlink(missing_ok=True)
         left = self.leftovers()
@@ -245,13 +233,6 @@ class RealNode(Container):
         # The kubelet's own identity: the Node authorizer and NodeRestriction confine it.
         self.cluster.mint_node_kubeconfig(self.name, self.path("etc/kubernetes/kubelet.kubeconfig"))
 
-    def _delete_node(self) -> None:
-        try:
-            self.cluster.kube.delete(f"/api/v1/nodes/{self.name}")
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
-
     def _save(self) -> None:
         state = {
             "name": self.name,
@@ -277,7 +258,3 @@ class RealNode(Container):
         text = self.journal_text("-n", str(lines + 400))
         kept = [ln for ln in text.splitlines() if "flags.go" not in ln]
         return "\n".join(kept[-lines:])
-
-
-def _rfc3339(stamp: str) -> int:
-    return calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 from hack.localcluster.cluster import ClusterError
-from hack.localcluster.kubeapi import KubeError
 from hack.realnode.build import BuildError, _script
 from hack.realnode.images import ImageError, ensure_images
+from nodeagent.kube.client import KubeError
 
 from . import restart, smoke
 from .agent import AgentInstallError

@@ -11,13 +11,13 @@ control plane (hack/localcluster) with its own ``system:node:<name>`` client cer
 
 The VM holds nothing on the host but its qemu process and its workdir: qemu's user-mode
 network runs inside that process (no tap, bridge, route or sysctl), and the guest's cgroups
-are the guest kernel's.
+are the guest kernel's. What it shares with the nspawn node is hack/nodebase.py's.
 """
 
 from __future__ import annotations
 
-import calendar
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -28,10 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hack.localcluster.cluster import Cluster
-from hack.localcluster.kubeapi import ApiError
+from hack.milestones import JOURNAL_KEYS
+from hack.nodebase import KubeNode
 from hack.realnode import build as realbuild
 from hack.realnode.config import CA_PATH
 from hack.realnode.images import ensure_images
+from nodeagent.kube.client import ApiError
 
 from . import qmp, tap
 from .config import (
@@ -49,6 +51,11 @@ from .config import (
 )
 
 LINK_UNIT = "vmnode-link.service"
+# The fields the harness reads, and no more: the guest agent hands a command's whole output
+# back in one answer, and a kubelet's entries carry some thirty fields each.
+JOURNAL_FIELDS = "--output-fields=" + ",".join(
+    ("MESSAGE", "_BOOT_ID", "SYSLOG_IDENTIFIER", *JOURNAL_KEYS)
+)
 
 
 class VmError(RuntimeError):
@@ -56,7 +63,7 @@ class VmError(RuntimeError):
 
 
 @dataclass
-class VmNode:
+class VmNode(KubeNode):
     cluster: Cluster
     name: str
     workdir: Path
@@ -65,14 +72,6 @@ class VmNode:
     _qemu: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     # ---- paths -------------------------------------------------------------------------
-
-    @property
-    def root(self) -> Path:
-        """The node's root as a directory, until the disk image is made from it."""
-        return self.workdir / "root"
-
-    def path(self, inside: str) -> Path:
-        return self.root / inside.lstrip("/")
 
     @property
     def machine(self) -> Machine:
@@ -191,21 +190,6 @@ class VmNode:
                 raise VmError(f"{self.name}: {what} after {timeout:.0f}s:\n{self.console()}")
             time.sleep(1)
 
-    def ready_since(self, since_wall: float) -> bool:
-        """Ready with a heartbeat written since `since_wall`, and no node.kubernetes.io taint
-        (the agent's cordon undone)."""
-        try:
-            obj = self.cluster.kube.get(f"/api/v1/nodes/{self.name}")
-        except ApiError as exc:
-            if exc.status == 404:
-                return False
-            raise
-        conds = (obj.get("status") or {}).get("conditions") or []
-        ready = [c for c in conds if c.get("type") == "Ready" and c.get("status") == "True"]
-        taints = (obj.get("spec") or {}).get("taints") or []
-        fresh = bool(ready) and _rfc3339(ready[0]["lastHeartbeatTime"]) >= int(since_wall)
-        return fresh and not any(t["key"].startswith("node.kubernetes.io/") for t in taints)
-
     def run(self, *argv: str, timeout: float = 120.0) -> qmp.Exec:
         """A command in the guest, by the QEMU guest agent (no shell, no network)."""
         if not self.running():
@@ -249,7 +233,7 @@ class VmNode:
         self.kill()
         if not keep_node:
             with contextlib.suppress(ApiError):
-                self.cluster.kube.delete(f"/api/v1/nodes/{self.name}")
+                self.delete_node()
         shutil.rmtree(self.workdir, ignore_errors=True)
         left = self.leftovers()
         if left:
@@ -291,6 +275,30 @@ class VmNode:
         )  # fmt: skip
         return out.stdout
 
+    def journal(self, *args: str) -> list[dict[str, str]]:
+        """Journal entries of every boot (JSON, on the guest's clock): through the guest
+        agent while the VM runs, off its disk once it is off."""
+        argv = ["-o", "json", JOURNAL_FIELDS, "--no-pager", *args]
+        if self.running():
+            text = self.run("env", "SYSTEMD_COLORS=0", "journalctl", *argv, timeout=180).stdout
+        else:
+            text = self.journal_text(*argv)
+        return parse_entries(text)
+
+
+def parse_entries(text: str) -> list[dict[str, str]]:
+    """`journalctl -o json` lines as entries; a line that is none, or an entry whose
+    MESSAGE is not text (journalctl prints binary ones as arrays), is passed over."""
+    entries = []
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("MESSAGE"), str):
+            entries.append(entry)
+    return entries
+
 
 def ensure_root() -> Path:
     return realbuild._script("vm-root")
@@ -308,7 +316,3 @@ def _du_mb(path: Path) -> int:
         ["du", "-sm", str(path)], capture_output=True, text=True, timeout=120, check=True
     )
     return int(out.stdout.split()[0])
-
-
-def _rfc3339(stamp: str) -> int:
-    return calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))

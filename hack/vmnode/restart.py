@@ -11,21 +11,20 @@ the kubelet's first heartbeat after it started again. Prints what it measured.
 
 from __future__ import annotations
 
-import tempfile
+import functools
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from hack import kubeutil as ku
-from hack.localcluster.cluster import Cluster
+from hack import milestones as ms
 from nodeagent.fence.marker import DRAIN_REASON
-from nodeagent.kube.client import Kube, node_path
+from nodeagent.kube.client import Kube, api_time, node_path
 from nodeagent.objects import condition, is_ready
 
-from . import agent
-from .config import VmOptions
-from .node import VmError, VmNode, _rfc3339
-from .smoke import REPLICAS, SmokeFailed, Timings, agent_config, held, wait_agent, workload
+from . import stage
+from .node import VmError, VmNode
+from .stage import SmokeFailed, Stage, Timings, boot_with_workload, milestone
 
 KINDS = ("reboot", "soft-reboot")
 COMEBACK = 900.0  # seconds from the command to uncordoned, TCG at nice 19 included
@@ -52,42 +51,13 @@ def look(kube: Kube, name: str) -> Seen:
         cordoned=bool(obj["spec"].get("unschedulable")),
         reason=obj["metadata"].get("annotations", {}).get(DRAIN_REASON, ""),
         ready=is_ready(obj),
-        heartbeat=float(_rfc3339(ready["lastHeartbeatTime"])) if ready else 0.0,
+        heartbeat=(api_time(ready.get("lastHeartbeatTime")) or 0.0) if ready else 0.0,
     )
 
 
-def run(kind: str, workdir: Path, lock: Path | None = None) -> dict[str, float]:
-    t = Timings()
-    cluster = Cluster.start(workdir / "cluster")
-    node: VmNode | None = None
-    try:
-        kube = Kube.from_kubeconfig(str(cluster.kubeconfig))
-        group = ku.unique("vm")
-        ku.namespace(kube, group)
-        spare = f"{group}-spare"
-        cluster.add_node(spare, {ku.GROUP_LABEL: group})
-        kube.merge_patch(node_path(spare), {"spec": {"unschedulable": True}})
-        name = f"{group}-a"
-        opts = VmOptions(labels={ku.GROUP_LABEL: group})
-        node = VmNode.create(cluster, name, workdir / name, opts)
-        agent.install(node.root, agent_config())
-        t.time("disk image (mke2fs -d)", node.make_disk)
-        with held(lock):
-            scenario(kind, kube, node, group, spare, t)
-        return t.steps
-    finally:
-        if node is not None:
-            node.stop()
-        cluster.stop()
-
-
-def scenario(kind: str, kube: Kube, vm: VmNode, group: str, spare: str, t: Timings) -> None:
-    t.time("boot to kubelet Ready", vm.boot)
-    workload(kube, group)
-    t.time(f"{REPLICAS} pods to Running", lambda: ku.wait_running(kube, vm.name, REPLICAS, 600))
-    ku.wait_pdb_ready(kube, group, "web", timeout=120)
-    t.time("agent holding logind's delay lock", lambda: wait_agent(vm))
-    ku.open_node(kube, spare)
+def scenario(kind: str, run: Stage) -> None:
+    kube, vm = run.kube, run.vm
+    boot_with_workload(run)
     before = look(kube, vm.name)
     ahead = vm.clock_offset()
     sent = time.time()
@@ -103,7 +73,7 @@ def scenario(kind: str, kube: Kube, vm: VmNode, group: str, spare: str, t: Timin
     clocks = Clocks(ahead, vm.clock_offset())
     print(f"  guest clock ahead of the host: {clocks.before:+.2f}s, after the {kind} "
           f"{clocks.after:+.2f}s")  # fmt: skip
-    check(kind, kube, vm, before, sent, seen, clocks, t)
+    check(kind, kube, vm, before, sent, seen, clocks, run.t)
 
 
 def post_mortem(vm: VmNode) -> str:
@@ -129,17 +99,20 @@ def watch(kube: Kube, vm: VmNode, sent: float) -> list[Seen]:
     return seen
 
 
-def journal(vm: VmNode, unit: str, text: str, after: float) -> tuple[float, str]:
-    """The first line of `unit` holding `text` after `after` (every boot's journal)."""
-    out = vm.run("journalctl", "-u", unit, "-o", "short-unix", "--no-pager", timeout=120).stdout
-    lines = [ln for ln in out.splitlines() if ln[:1].isdigit()]
+def kubelet_line(vm: VmNode, text: str, after: float) -> float:
+    """When the kubelet unit's first line holding `text` after `after` was written (every
+    boot's journal; systemd's lines about the unit, not the agent's milestones)."""
+    out = vm.run("journalctl", "-u", "kubelet", "-o", "short-unix", "--no-pager", timeout=120)
+    lines = [ln for ln in out.stdout.splitlines() if ln[:1].isdigit()]
     later = [ln for ln in lines if float(ln.partition(" ")[0]) >= after]
     for line in later:
         stamp, _, rest = line.partition(" ")
         if text in rest:
-            return float(stamp), rest
+            return float(stamp)
     tail = "\n".join(later[-20:])
-    raise SmokeFailed(f"no {text!r} in {unit}'s journal after {after:.1f}; its last lines:\n{tail}")
+    raise SmokeFailed(
+        f"no {text!r} in kubelet's journal after {after:.1f}; its last lines:\n{tail}"
+    )
 
 
 @dataclass(frozen=True)
@@ -177,16 +150,16 @@ class Stamps:
 
 def stamps(kind: str, vm: VmNode, sent: float, seen: list[Seen]) -> Stamps:
     """The guest's stamps of each step; `sent` by the guest's clock."""
-    _, typed = journal(vm, "nodeagent", "logind: PrepareForShutdown(True)", sent)
-    if not typed.endswith(f"type {kind}"):
-        raise SmokeFailed(f"the agent heard: {typed!r}")
-    drained, _ = journal(vm, "nodeagent", f"drain for {kind}: drained", sent)
-    released, _ = journal(vm, "nodeagent", "released the logind delay lock", sent)
-    stopped, _ = journal(vm, "kubelet", "Stopping", sent)
-    started, _ = journal(vm, "kubelet", "Started kubelet", stopped)
-    # The reconcile loop's status after the worker's uncordon returned (the uncordon after a
-    # boot is the departure worker's settled step, which logs no line of its own).
-    uncordoned, _ = journal(vm, "nodeagent", f"{kind} cordon undone", released)
+    records = vm.milestones()
+    announced = ms.first(records, ms.SHUTDOWN_ANNOUNCED, sent, source="logind")
+    if announced is None or announced.fields.get("reason") != kind:
+        raise SmokeFailed(f"the agent heard: {announced}")
+    drained = milestone(records, ms.DRAIN_FINISHED, sent, reason=kind, outcome="drained")
+    released = milestone(records, ms.LOCK_RELEASED, sent)
+    stopped = kubelet_line(vm, "Stopping", sent)
+    started = kubelet_line(vm, "Started kubelet", stopped)
+    # The uncordon after a boot: the departure worker's settled step, once the API took it.
+    uncordoned = milestone(records, ms.UNCORDONED, released, reason=kind)
     back = [s for s in seen if s.ready and s.heartbeat >= int(started)]
     if not back:
         raise SmokeFailed("no heartbeat from the restarted kubelet seen before the uncordon")
@@ -241,12 +214,5 @@ def check(
 
 
 def main(kind: str, lock: Path | None = None) -> int:
-    with tempfile.TemporaryDirectory(prefix=f"vm-{kind}.") as tmp:
-        try:
-            steps = run(kind, Path(tmp), lock)
-        except SmokeFailed as exc:
-            print(f"FAILED: {exc}")
-            return 1
-    print(f"OK: the {kind} was named, drained first, and undone once the kubelet was back")
-    print(" ".join(f"{k}={v:.1f}s" for k, v in steps.items()))
-    return 0
+    ok = f"the {kind} was named, drained first, and undone once the kubelet was back"
+    return stage.main(kind, functools.partial(scenario, kind), ok, lock)

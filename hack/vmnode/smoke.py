@@ -2,168 +2,59 @@
 agent drains it first (cordon with the reason poweroff, the pods evicted to a spare, logind's
 delay lock released, then the kubelet stops and the VM powers off). Prints what it measured.
 
-It starts its own local control plane and leaves nothing behind. Run it alone on the
-machine's CPUs: the VM is emulated (TCG) and its timings are the point.
+It starts its own local control plane and leaves nothing behind (stage.py). Run it alone on
+the machine's CPUs: the VM is emulated (TCG) and its timings are the point.
 """
 
 from __future__ import annotations
 
-import contextlib
-import tempfile
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from hack import kubeutil as ku
-from hack import machinelock
-from hack.localcluster.cluster import Cluster
-from hack.realnode import TEST_IMAGE
+from hack import milestones as ms
 from nodeagent.fence.marker import DRAIN_REASON
-from nodeagent.kube.client import JSON, Kube, node_path, pods_path
+from nodeagent.kube.client import JSON, pods_path
 
-from . import agent
-from .config import KUBECONFIG, VmOptions
+from . import stage
 from .node import VmNode
-
-POLITE = "trap 'exit 0' TERM; while true; do sleep 1; done"
-REPLICAS = 2
-AGENT_DEADLINE = 60
-LOCK_WAIT = 3600.0
+from .stage import REPLICAS, SmokeFailed, Stage, boot_with_workload, milestone
 
 
-class SmokeFailed(AssertionError):
-    """What the smoke run saw differs from a drain before the power-off."""
+def scenario(run: Stage) -> None:
+    """Boot, a workload, the power button, and what happened, read from the API and the disk."""
+    vm = run.vm
+    boot_with_workload(run)
+    cgroup = vm.run("stat", "-fc", "%T", "/sys/fs/cgroup").stdout.strip()
+    print(f"  guest: cgroup fs {cgroup}, kernel {vm.run('uname', '-r').stdout.strip()}")
+    pressed = time.time()
+    vm.power_button()
+    run.t.time("power button to VM off", lambda: vm.wait_exit(600))
+    check(run, pressed)
 
 
-@dataclass
-class Timings:
-    steps: dict[str, float] = field(default_factory=dict)
-
-    def time(self, name: str, fn: Callable[[], object]) -> None:
-        started = time.monotonic()
-        fn()
-        self.steps[name] = time.monotonic() - started
-        print(f"  {name}: {self.steps[name]:.1f}s", flush=True)
-
-
-def agent_config() -> str:
-    # No node name and no kubeconfig of its own: the host form's defaults, the kubelet's
-    # identity (the node name comes from its certificate).
-    return f"""kubelet_kubeconfig = "{KUBECONFIG}"
-
-[drain]
-deadline = "{AGENT_DEADLINE}s"
-
-[uncordon]
-settle = "1s"
-
-[reporting]
-metrics_address = ""
-"""
-
-
-def workload(kube: Kube, group: str) -> None:
-    container = {
-        "name": "app",
-        "image": TEST_IMAGE,
-        "imagePullPolicy": "Never",
-        "command": ["sh", "-c", POLITE],
-    }
-    ku.deployment(
-        kube, group, "web", group, REPLICAS,
-        containers=[container], terminationGracePeriodSeconds=10,
-        automountServiceAccountToken=False,
-    )  # fmt: skip
-    ku.pdb(kube, group, "web", {"app": "web"}, maxUnavailable=1)
-
-
-def journal_time(node: VmNode, unit: str, text: str) -> float:
-    lines = [ln for ln in node.journal_text("-u", unit).splitlines() if text in ln]
+def kubelet_stopping(node: VmNode) -> float:
+    """systemd's last "Stopping" line for the kubelet (guest clock; not the agent's)."""
+    lines = [ln for ln in node.journal_text("-u", "kubelet").splitlines() if "Stopping" in ln]
     if not lines:
-        raise SmokeFailed(f"no {text!r} in {unit}'s journal")
+        raise SmokeFailed("no 'Stopping' in kubelet's journal")
     return float(lines[-1].split()[0])
 
 
-@contextlib.contextmanager
-def held(lock: Path | None) -> Iterator[None]:
-    """The machine-wide lock of runs that must not share the CPUs, if one is named."""
-    with machinelock.held(lock, int(LOCK_WAIT), SmokeFailed):
-        yield
-
-
-def run(workdir: Path, lock: Path | None = None) -> dict[str, float]:
-    t = Timings()
-    cluster = Cluster.start(workdir / "cluster")
-    node: VmNode | None = None
-    try:
-        kube = Kube.from_kubeconfig(str(cluster.kubeconfig))
-        group = ku.unique("vm")
-        ku.namespace(kube, group)
-        spare = f"{group}-spare"
-        cluster.add_node(spare, {ku.GROUP_LABEL: group})
-        kube.merge_patch(node_path(spare), {"spec": {"unschedulable": True}})
-        name = f"{group}-a"
-        opts = VmOptions(labels={ku.GROUP_LABEL: group})
-
-        def create() -> None:
-            nonlocal node
-            node = VmNode.create(cluster, name, workdir / name, opts)
-            agent.install(node.root, agent_config())
-
-        t.time("root copy, node files, agent", create)
-        assert node is not None
-        vm = node
-        t.time("disk image (mke2fs -d)", vm.make_disk)
-        with held(lock):
-            scenario(kube, vm, group, spare, t)
-        return t.steps
-    finally:
-        if node is not None:
-            node.stop()
-        cluster.stop()
-
-
-def scenario(kube: Kube, vm: VmNode, group: str, spare: str, t: Timings) -> None:
-    """Boot, a workload, the power button, and what happened, read from the API and the disk."""
-    name = vm.name
-    t.time("boot to kubelet Ready", vm.boot)
-    cgroup = vm.run("stat", "-fc", "%T", "/sys/fs/cgroup").stdout.strip()
-    print(f"  guest: cgroup fs {cgroup}, kernel {vm.run('uname', '-r').stdout.strip()}")
-    workload(kube, group)
-    t.time(
-        f"{REPLICAS} pods created to Running",
-        lambda: ku.wait_running(kube, name, REPLICAS, timeout=600),
-    )
-    ku.wait_pdb_ready(kube, group, "web", timeout=120)
-    t.time("agent holding logind's delay lock", lambda: wait_agent(vm))
-    ku.open_node(kube, spare)
-    pressed = time.time()
-    vm.power_button()
-    t.time("power button to VM off", lambda: vm.wait_exit(600))
-    check(kube, vm, group, spare, pressed, t)
-
-
-def wait_agent(node: VmNode) -> None:
-    def holding() -> bool:
-        out = node.run("journalctl", "-u", "nodeagent", "-o", "cat").stdout
-        return "holding a logind delay lock" in out
-
-    node.wait(300, holding, "the agent never took its logind lock")
-
-
-def check(kube: Kube, node: VmNode, group: str, spare: str, pressed: float, t: Timings) -> None:
+def check(run: Stage, pressed: float) -> None:
+    kube, node, t = run.kube, run.vm, run.t
     obj = ku.node(kube, node.name)
     reason = obj["metadata"].get("annotations", {}).get(DRAIN_REASON)
     if not obj["spec"].get("unschedulable") or reason != "poweroff":
         raise SmokeFailed(f"node not cordoned for poweroff: {DRAIN_REASON}={reason!r}")
-    pods: list[JSON] = kube.get(pods_path(group)).get("items", [])
-    moved = [p for p in pods if p["spec"].get("nodeName") == spare and ku.ready(p)]
+    pods: list[JSON] = kube.get(pods_path(run.group)).get("items", [])
+    moved = [p for p in pods if p["spec"].get("nodeName") == run.spare and ku.ready(p)]
     if len(moved) < REPLICAS:
         raise SmokeFailed(f"{len(moved)} of {REPLICAS} replacements Ready on the spare")
-    drained = journal_time(node, "nodeagent", "drain for poweroff: drained")
-    released = journal_time(node, "nodeagent", "released the logind delay lock")
-    stopping = journal_time(node, "kubelet", "Stopping")
+    records = node.milestones()
+    drained = milestone(records, ms.DRAIN_FINISHED, reason="poweroff", outcome="drained")
+    released = milestone(records, ms.LOCK_RELEASED, drained)
+    stopping = kubelet_stopping(node)
     if not pressed < drained <= released < stopping:
         raise SmokeFailed(
             f"out of order: pressed {pressed:.1f}, drained {drained:.1f}, "
@@ -177,12 +68,5 @@ def check(kube: Kube, node: VmNode, group: str, spare: str, pressed: float, t: T
 
 
 def main(lock: Path | None = None) -> int:
-    with tempfile.TemporaryDirectory(prefix="vm-smoke.") as tmp:
-        try:
-            steps = run(Path(tmp), lock)
-        except SmokeFailed as exc:
-            print(f"FAILED: {exc}")
-            return 1
-    print("OK: the power button drained the node before it powered off")
-    print(" ".join(f"{k}={v:.1f}s" for k, v in steps.items()))
-    return 0
+    ok = "the power button drained the node before it powered off"
+    return stage.main("smoke", scenario, ok, lock)
