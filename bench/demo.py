@@ -29,10 +29,10 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: the checkout is the import root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hack import preflight
+from hack import milestones, preflight
 from hack.departure import timeline
 from hack.departure.kinds import CONFIGS, Kind
-from hack.departure.scene import Departure, Scene
+from hack.departure.scene import Scene, SceneResult
 from hack.departure.summary import summarize
 from hack.kubeutil import WaitTimeout
 from hack.localcluster.cluster import Cluster, ClusterError
@@ -190,16 +190,15 @@ def departure(cluster: Cluster, root: Path, config: str) -> tuple[dict[str, Any]
     return cell, panel
 
 
-def timeline_panel(scene: Scene, result: Departure, deleted: dict[str, float], title: str
+def timeline_panel(scene: Scene, result: SceneResult, deleted: dict[str, float], title: str
                    ) -> timeline.Panel:  # fmt: skip
-    """The departure on the timeline, with the agent's journal lines read from the node (off
-    by now); without them (not readable) the picture lacks only their markers."""
-    lines: list[tuple[float, str]] = []
+    """The departure on the timeline, with the agent's milestones read from the node's journal
+    (off by now); without them (not readable) the picture lacks only their markers."""
+    records: list[milestones.Record] = []
     if scene.config.agent:
         with contextlib.suppress(Exception):
-            entries = scene.leaving.journal("-u", "nodeagent.service")
-            lines = [(realtime(e), e["MESSAGE"]) for e in entries]
-    return timeline.departure_panel(title, result, lines, deleted, scene.config.agent)
+            records = milestones.from_journal(scene.leaving.journal("-u", "nodeagent.service"))
+    return timeline.departure_panel(title, result, records, deleted, scene.config.agent)
 
 
 def _verdict(cell: dict[str, Any]) -> str:

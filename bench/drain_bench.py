@@ -29,9 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import audit, report, workload
 from bench.drainers import Drain, Drainer, Identities, run_drain, turn
 from bench.workload import SETTLE_TIMEOUT
-from hack import auditlog
+from hack import auditlog, preflight
 from hack import kubeutil as ku
-from hack import preflight
 from hack.localcluster.cluster import Cluster
 from nodeagent.kube.client import Kube
 

@@ -45,9 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.drain_bench import compile_bytecode
 from bench.drainers import Drain, Drainer, Identities, run_drain
 from bench.report import load_line
-from hack import auditlog
+from hack import auditlog, preflight
 from hack import kubeutil as ku
-from hack import preflight
 from hack.fleet import apf, apiusage
 from hack.fleet.residents import Residents
 from hack.fleet.scene import (

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from hack import milestones as ms
 from hack.departure import timeline as tl
-from hack.departure.scene import Departure
+from hack.departure.scene import SceneResult
 from hack.departure.timeline import Marker, Panel
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -50,18 +51,20 @@ def test_per_second(starts: list[float], oks: list[bool], expected: tuple[Any, .
     assert tl.per_second(data, T0) == expected
 
 
-def test_journal_markers_first_after_the_start() -> None:
-    lines = [
-        (T0 - 30, "INFO: holding a logind delay lock for shutdown"),
-        (T0 - 20, "released the logind delay lock"),  # an earlier shutdown, cancelled
-        (T0 + 0.05, "INFO: logind: PrepareForShutdown(True), type poweroff"),
-        (T0 + 0.2, "cordoned node demo-a (reason poweroff)"),
-        (T0 + 0.3, "evicting 2 pods (default)"),
-        (T0 + 9.7, "released the logind delay lock"),
-        (T0 + 9.9, "released the logind delay lock"),
+def test_milestone_markers_first_after_the_start_and_every_eviction() -> None:
+    records = [
+        ms.Record(ms.LOCK_RELEASED, T0 - 20),  # an earlier shutdown, cancelled
+        ms.Record(ms.SHUTDOWN_ANNOUNCED, T0 + 0.05, {"source": "logind", "reason": "poweroff"}),
+        ms.Record(ms.CORDONED, T0 + 0.2, {"reason": "poweroff"}),
+        ms.Record(ms.EVICTED, T0 + 0.4, {"pod": "default/web-1"}),
+        ms.Record(ms.EVICTED, T0 + 0.6, {"pod": "default/web-2"}),
+        ms.Record(ms.LOCK_RELEASED, T0 + 9.9),
+        ms.Record(ms.LOCK_RELEASED, T0 + 9.7),
     ]
-    got = {m.name: m.at - T0 for m in tl.journal_markers(reversed(lines), T0)}
-    assert got == pytest.approx({tl.PREPARE: 0.05, tl.CORDON: 0.2, tl.RELEASED: 9.7})
+    got = sorted((m.name, round(m.at - T0, 2)) for m in tl.milestone_markers(records, T0))
+    want = [(tl.PREPARE, 0.05), (tl.CORDON, 0.2), (tl.EVICTION, 0.4), (tl.EVICTION, 0.6),
+            (tl.RELEASED, 9.7)]  # fmt: skip
+    assert got == sorted(want)
 
 
 def test_endpoints_removed_when_none_of_the_pods_is_left() -> None:
@@ -77,20 +80,20 @@ def test_endpoints_removed_when_none_of_the_pods_is_left() -> None:
 
 @pytest.mark.parametrize("agent", [True, False])
 def test_departure_panel(agent: bool) -> None:
-    """What bench/demo.py draws from scene.py's Departure: each source's marker, relative to
+    """What bench/demo.py draws from scene.py's SceneResult: each source's marker, relative to
     the departure's start, and the client's steady requests only."""
-    result = Departure(
+    result = SceneResult(
         kind="poweroff", config="nodeagent" if agent else "none", started=T0, released=None,
         off=T0 + 20.0, steady=rows([(-6, 23, True)]), long=rows([(-1, 19, True)]),
         endpoints=[(T0 - 5, ["10.1.0.4:8080", "10.2.0.5:8080"]), (T0 + 2.1, ["10.2.0.5:8080"])],
         leaving_ips=["10.1.0.4"], leaving_pods=["web-1"], poweroff_at=T0 + 0.01,
     )  # fmt: skip
-    journal = [(T0 + 0.02, "logind: PrepareForShutdown(True), type unknown"),
-               (T0 + 0.03, "cordoned node demo-a (reason poweroff)"),
-               (T0 + 19.7, "released the logind delay lock")]  # fmt: skip
-    panel = tl.departure_panel("t", result, journal if agent else [], {"web-1": T0 + 0.5}, agent)
+    records = [ms.Record(ms.SHUTDOWN_ANNOUNCED, T0 + 0.02), ms.Record(ms.CORDONED, T0 + 0.03),
+               ms.Record(ms.EVICTED, T0 + 0.4), ms.Record(ms.LOCK_RELEASED, T0 + 19.7)]  # fmt: skip
+    panel = tl.departure_panel("t", result, records if agent else [], {"web-1": T0 + 0.5}, agent)
     got = sorted((m.name, round(m.at - T0, 2)) for m in panel.markers)
-    deleted = (tl.EVICTION if agent else "pod deleted", 0.5)
+    # The agent's own eviction time where it ran; else the poll's sight of the deletion.
+    deleted = (tl.EVICTION, 0.4) if agent else ("pod deleted", 0.5)
     agents = [(tl.PREPARE, 0.02), (tl.CORDON, 0.03), (tl.RELEASED, 19.7)] if agent else []
     want = [(tl.ASKED, 0.01), (tl.ENDPOINTS, 2.1), (tl.OFF, 20.0), deleted, *agents]
     assert got == sorted(want)

@@ -25,10 +25,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hack import milestones as ms
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-    from hack.departure.scene import Departure
+    from hack.departure.scene import SceneResult
 
 ASKED = "poweroff asked"
 PREPARE = "PrepareForShutdown"
@@ -48,11 +50,12 @@ STYLE = {
     OFF: ("#000000", "-"),
 }
 OTHER = ("#7f7f7f", ":")
-# The agent's journal lines that mark a moment, the first after the departure began of each.
-JOURNAL = (
-    (PREPARE, "PrepareForShutdown(True)"),
-    (CORDON, "cordoned node "),
-    (RELEASED, "released the logind delay lock"),
+# The agent's milestones that mark a moment, the first after the departure began of each
+# (read as data, hack/milestones.py: a reworded log line moves no marker).
+FIRST_MILESTONES = (
+    (PREPARE, ms.SHUTDOWN_ANNOUNCED),
+    (CORDON, ms.CORDONED),
+    (RELEASED, ms.LOCK_RELEASED),
 )
 SENT_COLOUR, FAILED_COLOUR = "#4c72b0", "#d62728"
 
@@ -110,15 +113,15 @@ def per_second(
     return first, sent, failed
 
 
-def journal_markers(lines: Iterable[tuple[float, str]], since: float) -> list[Marker]:
-    """From the agent's journal as (wall clock, message): the first PrepareForShutdown, cordon
-    and lock release at or after `since`."""
-    found: dict[str, float] = {}
-    for at, message in sorted(lines):
-        for name, text in JOURNAL:
-            if at >= since and name not in found and text in message:
-                found[name] = at
-    return [Marker(name, at) for name, at in found.items()]
+def milestone_markers(records: Sequence[ms.Record], since: float) -> list[Marker]:
+    """From the agent's milestones: the first shutdown announced, cordon and lock release at
+    or after `since`, and each eviction, when the agent's request for it was answered."""
+    found = [
+        Marker(name, at)
+        for name, milestone in FIRST_MILESTONES
+        if (at := ms.when(sorted(records, key=lambda r: r.time), milestone, since)) is not None
+    ]
+    return found + [Marker(EVICTION, r.time) for r in records if r.matches(ms.EVICTED, since, {})]
 
 
 def endpoints_removed(
@@ -134,20 +137,20 @@ def endpoints_removed(
 
 def departure_panel(
     title: str,
-    result: Departure,
-    journal: Iterable[tuple[float, str]],
+    result: SceneResult,
+    milestones: Sequence[ms.Record],
     deleted: Mapping[str, float],
     agent: bool,
 ) -> Panel:
     """A departure of hack/departure/scene.py on the timeline: its steady requests, the
-    poweroff asked, the agent's `journal` lines (wall clock, message), each of the leaving
-    node's pods `deleted` (name: when a poll first saw its deletion; an eviction where the
-    agent runs, nothing else deletes them within a departure), kube-proxy's endpoints
-    without the departed pods, and the power off."""
+    poweroff asked, the agent's `milestones` (each eviction among them), else each of the
+    leaving node's pods `deleted` (name: when a poll first saw its deletion, up to its
+    interval late), kube-proxy's endpoints without the departed pods, and the power off."""
     start = result.started
-    deletion = EVICTION if agent else "pod deleted"
-    markers = [Marker(ASKED, result.poweroff_at or start), *journal_markers(journal, start),
-               *(Marker(deletion, at) for at in deleted.values())]  # fmt: skip
+    markers = [Marker(ASKED, result.poweroff_at or start), *milestone_markers(milestones, start)]
+    if not any(m.name == EVICTION for m in markers):  # no agent, or its journal unreadable
+        deletion = EVICTION if agent else "pod deleted"
+        markers += [Marker(deletion, at) for at in deleted.values()]
     removed = endpoints_removed(result.endpoints, result.leaving_ips, start)
     markers += [removed] if removed is not None else []
     markers += [Marker(OFF, result.off)] if result.off is not None else []
