@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from hack import kubeutil as ku
+from hack import milestones
 from hack.deb import build_deb
 from hack.nspawn import EXIT_REBOOT, realtime
 from nodeagent.fence.marker import (
@@ -116,6 +117,13 @@ class Node:
         found = [e for e in self.machine.journal("-u", "nodeagent.service") if text in e["MESSAGE"]]
         assert found, f"no {text!r} in the agent's journal:\n" + "\n".join(self.machine.messages())
         return found[-1]
+
+    def milestone(self, name: str, **fields: str) -> float:
+        """When the agent last wrote milestone `name` with these fields (read as data)."""
+        records = milestones.from_journal(self.machine.journal("-u", "nodeagent.service"))
+        found = milestones.last(records, name, None, **fields)
+        assert found, f"no milestone {name} {fields} in the agent's journal: {records}"
+        return found.time
 
 
 @contextmanager
@@ -213,7 +221,7 @@ def test_poweroff_drains_before_the_kubelet_stops(node: Node) -> None:
 
     assert_drained(node, "poweroff")
     (stopped,) = node.machine.kubelet_stops()
-    drained = realtime(node.journal_line("drain for poweroff: drained"))
+    drained = node.milestone(milestones.DRAIN_FINISHED, reason="poweroff", outcome="drained")
     assert start < drained < stopped
     print(f"poweroff to kubelet stop: {stopped - start:.2f}s")
     # On the kubelet's own identity, found by the agent itself.
@@ -369,7 +377,7 @@ def test_poweroff_target_bypassing_logind_drains_on_sigterm(node: Node) -> None:
     assert not any("PrepareForShutdown(True" in m for m in node.machine.messages())
     node.journal_line("stopping: reason poweroff")
     (stopped,) = node.machine.kubelet_stops()
-    drained = realtime(node.journal_line("drain for poweroff: drained"))
+    drained = node.milestone(milestones.DRAIN_FINISHED, reason="poweroff", outcome="drained")
     assert start < drained < stopped
     # The pod slice's stop at the shutdown's start stopped the container's scope only once
     # the agent had stopped (the package's drop-in, systemd/pod-scope-nodeagent.conf).
