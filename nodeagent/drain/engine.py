@@ -32,6 +32,7 @@ from nodeagent.drain import podfilter
 from nodeagent.drain.detach import DetachResult
 from nodeagent.drain.eviction import Eviction, Evictor, outcome_of, wait_watch
 from nodeagent.drain.eviction import PodOutcome as PodOutcome
+from nodeagent.drain.partition import PartitionWatch
 from nodeagent.drain.phases import Phase, Phases
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, api_time, pods_path
 from nodeagent.kube.watch import Reflector, node_pods
@@ -200,6 +201,7 @@ class Drain:
         self._pods = pods if pods is not None else node_pods(kube, node_name)
         self._start = 0.0
         self._deadline = 0.0
+        self._waiting: list[Eviction] = []  # the pods waited for now
 
     # -- public ---------------------------------------------------------------
 
@@ -229,6 +231,7 @@ class Drain:
                     if not self.opts.dry_run:
                         with self.result.phases.timed(Phase.LIST):
                             self._wait_synced()
+                        PartitionWatch(self.kube, self._work, self.progress, self._seen).start()
                     yield self.kube
             finally:
                 self._work.cancel()
@@ -283,6 +286,13 @@ class Drain:
         last = max(accepted, default=end)
         self.result.phases.add(Phase.EVICT, last - planned)
         self.result.phases.add(Phase.GONE, end - last)
+
+    def _seen(self) -> int:
+        """The pods waited for as the watch last showed them (all of the node's before
+        the evictions start)."""
+        if self._waiting:
+            return sum(not self._gone(e) for e in self._waiting)
+        return len(self._pods.snapshot())
 
     def _wake(self) -> None:
         """Whatever waits on the pod watch re-checks: the work is over."""
@@ -468,6 +478,9 @@ class Drain:
             ev.outcome.note(left_detail(pod, state, time.time()))
             return
         ev.outcome.detail = ev.outcome.detail or "still terminating"
+        down = self.kube.reach.down_for()
+        if down is not None:
+            ev.outcome.detail = f"last seen on the node {down:.0f}s ago: {ev.outcome.detail}"
         finalizers = pod["metadata"].get("finalizers") or []
         if finalizers:
             ev.outcome.detail += f"; finalizers {', '.join(finalizers)}"
@@ -496,6 +509,7 @@ class Drain:
         # watch event was quadratic in its size), and a last full pass confirms: a pod can
         # come back (a finished one held by finalizers, then deleted, waits again).
         waiting = deque(batch)
+        self._waiting = batch
 
         def done() -> bool:
             while waiting and self._gone(waiting[0]):
@@ -520,6 +534,13 @@ class Drain:
         )
         more = f" and {len(left) - 5} more" if len(left) > 5 else ""
         remaining = self._deadline - time.monotonic()
+        down = self.kube.reach.down_for()
+        if down is not None:  # the watch shows what was, not what is: no claim on them
+            self.progress(
+                f"API server unreachable since {down:.0f}s; {len(left)} pods last seen on "
+                f"the node ({remaining:.0f}s left): {names}{more}"
+            )
+            return
         self.progress(f"waiting for {len(left)} pods ({remaining:.0f}s left): {names}{more}")
 
     def _force(self, left: list[Eviction]) -> None:
