@@ -287,6 +287,20 @@ class Drain:
         self.result.phases.add(Phase.EVICT, last - planned)
         self.result.phases.add(Phase.GONE, end - last)
 
+    def _unseen(self) -> str:
+        """Why the pod watch does not show the pods as they are now, or "": the API
+        server unreachable, or back but the watch not heard from since it was lost (a
+        connection the partition left dead, until its silence ends it)."""
+        reach = self.kube.reach
+        down = reach.down_for()
+        if down is not None:
+            return f"API server unreachable since {down:.0f}s"
+        began = reach.outage_began
+        if began is not None and self._pods.stats.last_progress < began:
+            lost = time.monotonic() - began
+            return f"pod watch silent since the API server was lost {lost:.0f}s ago"
+        return ""
+
     def _seen(self) -> int:
         """The pods waited for as the watch last showed them (all of the node's before
         the evictions start)."""
@@ -478,9 +492,9 @@ class Drain:
             ev.outcome.note(left_detail(pod, state, time.time()))
             return
         ev.outcome.detail = ev.outcome.detail or "still terminating"
-        down = self.kube.reach.down_for()
-        if down is not None:
-            ev.outcome.detail = f"last seen on the node {down:.0f}s ago: {ev.outcome.detail}"
+        unseen = self._unseen()
+        if unseen:
+            ev.outcome.detail = f"last seen on the node ({unseen}): {ev.outcome.detail}"
         finalizers = pod["metadata"].get("finalizers") or []
         if finalizers:
             ev.outcome.detail += f"; finalizers {', '.join(finalizers)}"
@@ -534,11 +548,11 @@ class Drain:
         )
         more = f" and {len(left) - 5} more" if len(left) > 5 else ""
         remaining = self._deadline - time.monotonic()
-        down = self.kube.reach.down_for()
-        if down is not None:  # the watch shows what was, not what is: no claim on them
+        unseen = self._unseen()
+        if unseen:  # the watch shows what was, not what is: no claim on them
             self.progress(
-                f"API server unreachable since {down:.0f}s; {len(left)} pods last seen on "
-                f"the node ({remaining:.0f}s left): {names}{more}"
+                f"{unseen}; {len(left)} pods last seen on the node ({remaining:.0f}s left): "
+                f"{names}{more}"
             )
             return
         self.progress(f"waiting for {len(left)} pods ({remaining:.0f}s left): {names}{more}")

@@ -62,14 +62,19 @@ class Reachability:
         self._lock = threading.Lock()
         self.last_answer = time.monotonic()
         self.why = ""  # "" while it answers
+        self.outage_began: float | None = None  # the last answer before the last outage
 
-    def answered(self) -> None:
+    def answered(self) -> bool:
+        """Note an answer; True when it ends an outage."""
         with self._lock:
             self.last_answer = time.monotonic()
-            self.why = ""
+            ended, self.why = bool(self.why), ""
+            return ended
 
     def failed(self, why: str) -> None:
         with self._lock:
+            if not self.why:
+                self.outage_began = self.last_answer
             self.why = why
 
     def silent_for(self) -> float:
@@ -237,7 +242,10 @@ class Kube:
             unreachable = _unreachable(self.host, exc)
             self.reach.failed(str(unreachable))
             raise unreachable from None
-        self.reach.answered()
+        if self.reach.answered():
+            # The pool's idle connections may be dead ones of the outage (a partition drops
+            # them silently): each would cost a request its whole timeout.
+            self._transport.forget_idle()
         return resp
 
     def probe(self, timeout: float) -> None:
