@@ -77,6 +77,14 @@ class FakeEndpoint:
                     self._reset()
                     return
                 status, headers, data = fake.reply(method, self.path, dict(self.headers), body)
+                try:
+                    self._send(status, headers, data, fault)
+                except OSError:  # the reader gave up (its deadline passed)
+                    self.close_connection = True
+
+            def _send(
+                self, status: int, headers: dict[str, str], data: bytes, fault: Fault
+            ) -> None:
                 self.send_response(status)
                 for key, value in headers.items():
                     self.send_header(key, value)
@@ -100,11 +108,8 @@ class FakeEndpoint:
                 for i in range(len(data)):
                     if fake._stopped.wait(TRICKLE_EVERY):
                         return
-                    try:
-                        self.wfile.write(data[i : i + 1])
-                        self.wfile.flush()
-                    except OSError:  # the reader gave up: its deadline passed
-                        return
+                    self.wfile.write(data[i : i + 1])
+                    self.wfile.flush()
 
             def log_message(self, *_args: Any) -> None:
                 pass
