@@ -308,3 +308,23 @@ def test_a_trickling_reply_costs_one_deadline() -> None:
         assert 2.0 <= took < 2.3, took
     finally:
         fake.stop()
+
+
+@pytest.mark.parametrize("fault", [Fault.HANG, Fault.TRICKLE], ids=["hang", "trickle"])
+def test_an_aws_reading_takes_one_deadline_however_many_items_fail(fault: Fault) -> None:
+    """The four items due together are read at once: an endpoint that hangs or trickles
+    holds the reading (and the next Spot reading) one request deadline, not four."""
+    fake = SpotImds()
+    try:
+        fake.time = time.time() + 120
+        fake.fault = fault
+        imds = aws.Imds(fake.url)
+        started = time.monotonic()
+        items = imds.read(time.time())
+        took = time.monotonic() - started
+        print(f"\nan AWS reading of 4 items, each one {fault.value}: {took:.2f}s")
+        assert sorted(i.key for i in items) == ["asg", "rebalance", "scheduled", "spot"]
+        assert all(i.doubt is not None and i.doubt.error is Error.TIMEOUT for i in items)
+        assert took < imds.timeout + 0.5, took
+    finally:
+        fake.stop()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,18 +25,10 @@ from nodeagent.fence import marker
 from nodeagent.kube.client import Kube
 from tests.tcpproxy import Proxy
 from tests.test_watch_silence import kubeconfig_via
+from tests.test_watch_silence import proxy as proxy  # the fixture
 
 SLOW_STOP = {"sim.nodeagent.io/termination-delay": "60s"}  # the grace (30 s) ends it
 FIRST_LINE_WITHIN = 2.0
-
-
-@pytest.fixture
-def proxy(cluster: Any) -> Iterator[Proxy]:
-    relay = Proxy(cluster.ports["apiserver"])
-    try:
-        yield relay
-    finally:
-        relay.close()
 
 
 def lines_after(agent: AgentProcess, offset: int) -> list[str]:

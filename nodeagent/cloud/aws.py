@@ -27,6 +27,7 @@ import dataclasses
 import json
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
@@ -192,16 +193,19 @@ class Imds:
     def read(self, now: float) -> list[Item]:
         """The items due: the Spot notice at every reading (two minutes is all it gives),
         the others every SLOW_EVERY seconds, and an item not believed again at the next
-        reading (its last believed state stands meanwhile)."""
+        reading (its last believed state stands meanwhile). Items due together are read
+        at once, so a reading takes one request's deadline, not one per item."""
         token = self._session_token()
-        items: list[Item] = []
-        for path, every in EVERY.items():
-            if time.monotonic() < self._due[path]:
-                continue
-            read = self._item(path, token, now)
-            items += read
-            self._due[path] = time.monotonic() + (every if read[0].believed else self.interval)
-        return items
+        due = [path for path in EVERY if time.monotonic() >= self._due[path]]
+        if len(due) == 1:
+            reads = [self._item(due[0], token, now)]
+        else:
+            with ThreadPoolExecutor(len(due), thread_name_prefix="imds") as pool:
+                reads = list(pool.map(lambda path: self._item(path, token, now), due))
+        for path, read in zip(due, reads, strict=True):
+            again = EVERY[path] if read[0].believed else self.interval
+            self._due[path] = time.monotonic() + again
+        return [item for read in reads for item in read]
 
     def _item(self, path: str, token: str, now: float) -> list[Item]:
         """The item at `path` (for the scheduled events: the list, then each event)."""

@@ -10,9 +10,9 @@ be believed (no whole answer within its request's deadline, an error status, a b
 outside the contract, a time far from the node's clock) keeps its last believed state,
 whether a warning stood or nothing did: a flaky endpoint neither drains a node nor undoes
 a drain. Its doubt is logged and counted (`nodeagent_cloud_metadata_errors_total`) once
-per streak of doubts of one kind of that item; a believed reading of it ends the streak. Nothing is
-handed on until every item was believed once: an item not yet read is not "nothing", and
-a restarted agent must not undo a warning's drain on a first bad reading. The time of
+per streak of doubts of one kind of that item; a believed reading of it ends the streak.
+Nothing is handed on until every item was believed once: an item not yet read is not
+"nothing", and a restarted agent must not undo a warning's drain on a first bad reading. The time of
 the last reading in which every item was believed is
 `nodeagent_cloud_metadata_last_reading_timestamp_seconds` (the loop's start until the
 first), which the chart's NodeAgentCloudWarningsUnread alert watches.
@@ -20,17 +20,20 @@ first), which the chart's NodeAgentCloudWarningsUnread alert watches.
 The cadence, per cloud and item, and why (every request is whole within its deadline,
 nodeagent/cloud/http.py, so a reading never takes longer than its requests' deadlines):
 
-- AWS, the Spot notice: every 2 s, whatever the last answer. It gives two minutes, so a
-  few seconds matter (aws-node-termination-handler reads every 2 s; AWS suggests 5 s). A
-  request's deadline is 2 s: while the endpoint does not answer, readings start 4 s apart.
+- AWS, the Spot notice: 2 s after the last reading ended, whatever its answer. It gives
+  two minutes, so a few seconds matter (aws-node-termination-handler reads every 2 s; AWS
+  suggests 5 s). A request's deadline is 2 s: while the endpoint does not answer (or
+  trickles), readings start 4 s apart.
 - AWS, scheduled events, the rebalance recommendation, the Auto Scaling target state:
-  every 10 s, read in the same reading as the Spot notice when due; one not believed is
-  read again at the next reading, 2 s later. They come minutes to days ahead (scheduled
-  events days, a rebalance recommendation typically 10 to 20 minutes before an
-  interruption, an Auto Scaling termination held by its lifecycle hook), and reading them
-  every 2 s cost 1.6 s of CPU an hour per agent against 0.6 s.
+  every 10 s, read together with the Spot notice when due (at once, so the reading still
+  takes one deadline at most); one not believed is read again at the next reading. They
+  come minutes to days ahead (scheduled events days, a rebalance recommendation typically
+  10 to 20 minutes before an interruption, an Auto Scaling termination held by its
+  lifecycle hook), and reading them every 2 s cost 1.6 s of CPU an hour per agent
+  against 0.6 s.
   The IMDSv2 token is fetched once per reading when it is due (an hour's token, renewed
-  a minute before it ends); without one (a hop limit of 1) the reads go tokenless.
+  a minute before it ends); where none comes (a hop limit of 1) the reads go tokenless,
+  each reading then taking the PUT's 2 s deadline too.
 - Azure, the scheduled events document: every 1 s after the last reading ended, as Azure
   recommends (Preempt gives 30 s); 2 s apart while no answer is believed. A request's
   deadline is 30 s until the service's first answer (it starts on the VM's first call and
