@@ -328,3 +328,11 @@ def test_an_aws_reading_takes_one_deadline_however_many_items_fail(fault: Fault)
         assert took < imds.timeout + 0.5, took
     finally:
         fake.stop()
+
+
+@pytest.mark.parametrize("text", ["<html>metadata</html>", "", "Terminated please", "404"])
+def test_an_asg_state_outside_the_contract_is_no_answer(text: str) -> None:
+    """Read as "not Terminated", a proxy's page would end the warning: it is malformed."""
+    with pytest.raises(MetadataError) as exc:
+        aws.asg_notice(text, NOW)
+    assert exc.value.error is Error.MALFORMED

@@ -25,6 +25,7 @@ from __future__ import annotations
 import calendar
 import dataclasses
 import json
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -58,6 +59,7 @@ SCHEDULED_CODES = {
     "instance-stop",
 }
 GONE_STATES = {"canceled", "completed"}
+ASG_STATE = re.compile(r"[A-Za-z]+(:[A-Za-z]+)*")  # InService, Warmed:Terminated, ...
 HOP_LIMIT_HINT = (
     "IMDSv2 needs a session token and none came: in a pod, run on the host network or "
     "raise the instance's metadata hop limit to 2"
@@ -162,8 +164,13 @@ def scheduled_notices(body: str, now: float) -> list[Notice]:
 
 
 def asg_notice(text: str, since: float) -> Notice | None:
-    """The Auto Scaling group's target state: only `Terminated` is a departure."""
-    if text.strip() != "Terminated":
+    """The Auto Scaling group's target state: only `Terminated` is a departure. Anything
+    but a state's name (InService, Warmed:Stopped, ...) is outside the contract: a page
+    of a proxy read as "not Terminated" would end the warning."""
+    state = text.strip()
+    if not ASG_STATE.fullmatch(state):
+        raise MetadataError(Error.MALFORMED, f"{ASG}: not a lifecycle state: {state[:60]!r}")
+    if state != "Terminated":
         return None
     return Notice(
         Cloud.AWS,
