@@ -65,6 +65,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ERROR_WAIT = 2.0  # seconds between readings in which no item was believed
+# The clouds whose loop started reading in this process: a loop restarted after a failure
+# must not make its last reading look recent.
+_READING: set[Cloud] = set()
 # Doubts of these kinds are the endpoint's, not an item's: one line for all the items
 # that start doubting with the same one in a reading.
 ENDPOINT_ERRORS = (Error.TIMEOUT, Error.UNREACHABLE, Error.TOKEN)
@@ -128,7 +131,9 @@ class WarningWatcher:
         self.source = source = source_for(cloud, self.cfg.metadata_url)
         log.info("cloud warnings: reading %s's metadata endpoint", cloud)
         last_reading = metrics.CLOUD_LAST_READING.labels(cloud)
-        last_reading.set_to_current_time()  # readings are due from now on
+        if cloud not in _READING:  # readings are due from now on (not from a restart)
+            _READING.add(cloud)
+            last_reading.set_to_current_time()
         standing = Standing(source.items)
         while not ctx.cancelled:
             now = time.time()
