@@ -45,10 +45,6 @@ class Item:
     def believed(self) -> bool:
         return self.doubt is None
 
-    def top(self) -> str:
-        """The endpoint's item this one belongs to ("scheduled" for an event in it)."""
-        return self.key.split("/", 1)[0]
-
 
 def read_item(key: str, read: Callable[[], Iterable[Notice]]) -> Item:
     """`read()`'s notices as a believed item, or the MetadataError it raised as a doubt."""
