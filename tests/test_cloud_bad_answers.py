@@ -142,7 +142,10 @@ def as_is(n: Node) -> dict[str, Any]:
     cond = conditions.find(obj, conditions.DRAINED) or {}
     return {
         "cordoned": bool(obj["spec"].get("unschedulable")),
-        "taints": obj["spec"].get("taints") or [],
+        # Without timeAdded: the node controller stamps its unschedulable taint anew at times.
+        "taints": sorted(
+            (t["key"], t.get("value", ""), t["effect"]) for t in obj["spec"].get("taints") or []
+        ),
         "annotations": {
             k: v for k, v in (meta.get("annotations") or {}).items() if "nodeagent" in k
         },
