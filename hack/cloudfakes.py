@@ -3,14 +3,20 @@
 AWS has a real mock that its own node termination handler is tested against
 (amazon-ec2-metadata-mock, hack/build-aemm.sh); GCP and Azure have none served here, so
 these follow the documented contracts, cited per class. Each also answers badly on
-request (`fault`): a 500, a body outside the contract, or no answer at all, which the
-agent must survive without acting.
+request (`fault`, on the paths in `faulty`, every path when empty): a 500, a body
+outside the contract, no answer at all, a reset, a reply trickling a byte a second, or a
+body of the test's own (`bodies`: a notice with a time far off), which the agent must
+survive without acting. `FaultingRelay` puts the same faults in front of a real endpoint
+(amazon-ec2-metadata-mock).
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +33,12 @@ class Fault(Enum):
     ERROR = "500"  # HTTP 500
     MALFORMED = "malformed"  # 200 with a body outside the contract
     HANG = "hang"  # accepts, never answers (until the fake stops)
+    RESET = "reset"  # reads the request, then resets the connection (RST)
+    TRICKLE = "trickle"  # the true answer's headers, then its body a byte a second
+    BODY = "body"  # 200 with the test's own body for the path (`bodies`)
+
+
+TRICKLE_EVERY = 1.0  # seconds between two bytes of a trickling reply
 
 
 Reply = tuple[int, dict[str, str], bytes]
@@ -41,6 +53,8 @@ class FakeEndpoint:
 
     def __init__(self) -> None:
         self.fault = Fault.NONE
+        self.faulty: set[str] = set()  # the paths (without query) the fault is on; empty: all
+        self.bodies: dict[str, bytes] = {}  # Fault.BODY's body per path
         self.requests: list[tuple[float, str, str]] = []  # (time, method, path)
         self._stopped = threading.Event()
         fake = self
@@ -58,13 +72,44 @@ class FakeEndpoint:
 
             def _answer(self, method: str, body: bytes) -> None:
                 fake.requests.append((time.time(), method, self.path))
+                fault = fake.fault_for(method, self.path)
+                if fault is Fault.RESET:
+                    self._reset()
+                    return
                 status, headers, data = fake.reply(method, self.path, dict(self.headers), body)
+                try:
+                    self._send(status, headers, data, fault)
+                except OSError:  # the reader gave up (its deadline passed)
+                    self.close_connection = True
+
+            def _send(
+                self, status: int, headers: dict[str, str], data: bytes, fault: Fault
+            ) -> None:
                 self.send_response(status)
                 for key, value in headers.items():
                     self.send_header(key, value)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                if fault is Fault.TRICKLE:
+                    self._trickle(data)
+                else:
+                    self.wfile.write(data)
+
+            def _reset(self) -> None:
+                # Linger 0: close() sends a RST, as a proxy or a crashed server does.
+                self.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
+                self.connection.close()
+                self.close_connection = True
+
+            def _trickle(self, data: bytes) -> None:
+                self.wfile.flush()
+                for i in range(len(data)):
+                    if fake._stopped.wait(TRICKLE_EVERY):
+                        return
+                    self.wfile.write(data[i : i + 1])
+                    self.wfile.flush()
 
             def log_message(self, *_args: Any) -> None:
                 pass
@@ -78,16 +123,61 @@ class FakeEndpoint:
         self.server.shutdown()
         self.server.server_close()
 
+    def fault_for(self, method: str, path: str) -> Fault:
+        """The fault on this request: never on a token's PUT (a reading's items are what
+        the tests break), only on the `faulty` paths when some are named, and a body of
+        the test's own only where it gave one."""
+        where = urlsplit(path).path
+        if method == "PUT" or (self.faulty and where not in self.faulty):
+            return Fault.NONE
+        if self.fault is Fault.BODY and where not in self.bodies:
+            return Fault.NONE  # a body of its own for some paths only: the others answer true
+        return self.fault
+
+    def reads(self, path: str) -> int:
+        """How many GETs of `path` (without query) came: a test waits for readings."""
+        return sum(1 for _, m, p in list(self.requests) if m == "GET" and urlsplit(p).path == path)
+
     def reply(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Reply:
-        if self.fault is Fault.HANG:
+        fault = self.fault_for(method, path)
+        if fault is Fault.HANG:
             self._stopped.wait(120)
             return 503, {}, b""
-        if self.fault is Fault.ERROR:
+        if fault is Fault.ERROR:
             return 500, {}, b"internal error"
+        if fault is Fault.BODY:
+            return 200, {"Content-Type": "text/plain"}, self.bodies[urlsplit(path).path]
         return self.answer(method, path, headers, body)
 
     def answer(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Reply:
         raise NotImplementedError
+
+
+class FaultingRelay(FakeEndpoint):
+    """A real endpoint (`upstream`, e.g. amazon-ec2-metadata-mock) behind the faults: every
+    request relayed as it came, its answer relayed back, unless a fault is on. A malformed
+    body is the relay's own: "<html>" for any path."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = urlsplit(upstream)
+        super().__init__()
+
+    def answer(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Reply:
+        if self.fault_for(method, path) is Fault.MALFORMED:
+            return _text(200, "<html>metadata</html>")
+        conn = http.client.HTTPConnection(
+            self.upstream.hostname or "", self.upstream.port or 80, timeout=5
+        )
+        try:
+            keep = {k: v for k, v in headers.items() if k.lower() not in ("host", "connection")}
+            conn.request(method, path, body=body or None, headers=keep)
+            resp = conn.getresponse()
+            data = resp.read()
+            skip = ("content-length", "connection", "transfer-encoding", "date", "server")
+            out = {k: v for k, v in resp.getheaders() if k.lower() not in skip}
+            return resp.status, out, data
+        finally:
+            conn.close()
 
 
 def _text(status: int, text: str, **headers: str) -> Reply:
@@ -132,7 +222,7 @@ class GceMetadataFake(FakeEndpoint):
         key = self.KEYS.get(url.path)
         if key is None:
             return _text(404, "Not Found")
-        if self.fault is Fault.MALFORMED:
+        if self.fault_for(method, path) is Fault.MALFORMED:
             return _text(200, "<html>maintenance</html>", ETag="garbled")
         query = parse_qs(url.query)
         if query.get("wait_for_change") == ["true"]:
@@ -220,7 +310,7 @@ class AzureScheduledEventsFake(FakeEndpoint):
             return _text(404, "Not found")
         if method == "POST":
             return self._approve(body)
-        if self.fault is Fault.MALFORMED:
+        if self.fault_for(method, path) is Fault.MALFORMED:
             return 200, {"Content-Type": "application/json"}, b'{"DocumentIncarnation": "x"'
         with self._lock:
             doc = {

@@ -371,8 +371,18 @@ CLOUD_WARNINGS = Metric(
 METADATA_ERRORS = Metric(
     Kind.COUNTER,
     "nodeagent_cloud_metadata_errors",
-    "Answers of the cloud's metadata endpoint the agent did not act on",
+    "Streaks of answers of the cloud's metadata endpoint the agent did not act on, one per "
+    "item and streak",
     ("cloud", "error"),
+)
+# Set when the loop starts reading (so an endpoint never read ages like one that stopped
+# answering), then at every reading in which every item was believed.
+CLOUD_LAST_READING = Metric(
+    Kind.GAUGE,
+    "nodeagent_cloud_metadata_last_reading_timestamp_seconds",
+    "Last time every warning item of the cloud's metadata endpoint was read and believed "
+    "(the warnings loop's start until then)",
+    ("cloud",),
 )
 
 POD_REJECTIONS = Metric(

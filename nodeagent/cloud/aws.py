@@ -25,11 +25,15 @@ from __future__ import annotations
 import calendar
 import dataclasses
 import json
+import re
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from nodeagent.cloud.http import Error, MetadataError, Reply, request, unexpected
+from nodeagent.cloud.reading import Item, dated, entry_key, read_item
 from nodeagent.types import Cloud, Notice, WarningKind
 
 BASE = "http://169.254.169.254"
@@ -43,6 +47,8 @@ ASG = "/latest/meta-data/autoscaling/target-lifecycle-state"
 # The items that come minutes to days ahead are read this often (the Spot notice, two
 # minutes ahead, at every read): 0.6 s of CPU an hour per agent instead of 1.6 s.
 SLOW_EVERY = 10.0
+SLOW = (REBALANCE, SCHEDULED, ASG)
+KEYS = {SPOT: "spot", REBALANCE: "rebalance", SCHEDULED: "scheduled", ASG: "asg"}
 # The scheduled-event codes, all of which take the instance down or away for a while.
 SCHEDULED_CODES = {
     "instance-reboot",
@@ -52,6 +58,7 @@ SCHEDULED_CODES = {
     "instance-stop",
 }
 GONE_STATES = {"canceled", "completed"}
+ASG_STATE = re.compile(r"[A-Za-z]+(:[A-Za-z]+)*")  # InService, Warmed:Terminated, ...
 HOP_LIMIT_HINT = (
     "IMDSv2 needs a session token and none came: in a pod, run on the host network or "
     "raise the instance's metadata hop limit to 2"
@@ -113,30 +120,56 @@ def rebalance_notice(body: str) -> Notice:
     )
 
 
-def scheduled_notices(body: str, now: float) -> list[Notice]:
-    """The active scheduled events (canceled and completed ones are gone)."""
+def scheduled_items(body: str, now: float) -> list[Item]:
+    """The list of scheduled events as items: the list, then each event it names (one
+    canceled or completed, or of a code that takes nothing down, stands for nothing).
+    Raises MetadataError for a list that cannot be read as one, or an entry without its
+    EventId: then no event can be told apart."""
     doc = _json(body, SCHEDULED)
     if not isinstance(doc, list):
         raise MetadataError(Error.MALFORMED, f"{SCHEDULED}: not a list: {body[:80]!r}")
-    notices = []
-    for event in doc:
-        try:
-            state = str(event.get("State", "active")).lower()
-            code = event["Code"]
-            event_id = event["EventId"]
-            not_before = event_time(event["NotBefore"])
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            raise MetadataError(Error.MALFORMED, f"{SCHEDULED}: {exc!r} in {event!r}") from None
-        if state in GONE_STATES or code not in SCHEDULED_CODES:
-            continue
-        kind = WarningKind.MAINTENANCE
-        notices.append(Notice(Cloud.AWS, kind, str(event_id), str(code), not_before, now))
+    try:
+        ids = [str(event["EventId"]) for event in doc]
+    except (KeyError, TypeError) as exc:
+        raise MetadataError(Error.MALFORMED, f"{SCHEDULED}: {exc!r} in {body[:80]!r}") from None
+    entries = [
+        read_item(entry_key("scheduled", event_id), partial(_scheduled, event, now))
+        for event_id, event in zip(ids, doc, strict=True)
+    ]
+    return [Item("scheduled", entries=tuple(e.key for e in entries)), *entries]
+
+
+def _scheduled(event: dict[str, Any], now: float) -> list[Notice]:
+    try:
+        state = str(event.get("State", "active")).lower()
+        code = event["Code"]
+        not_before = event_time(event["NotBefore"])
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise MetadataError(Error.MALFORMED, f"{SCHEDULED}: {exc!r} in {event!r}") from None
+    if state in GONE_STATES or code not in SCHEDULED_CODES:
+        return []
+    kind = WarningKind.MAINTENANCE
+    return [Notice(Cloud.AWS, kind, str(event["EventId"]), str(code), not_before, now)]
+
+
+def scheduled_notices(body: str, now: float) -> list[Notice]:
+    """The active scheduled events; raises MetadataError for any event not believed."""
+    notices: list[Notice] = []
+    for item in scheduled_items(body, now):
+        if item.doubt is not None:
+            raise item.doubt
+        notices += item.notices
     return notices
 
 
 def asg_notice(text: str, since: float) -> Notice | None:
-    """The Auto Scaling group's target state: only `Terminated` is a departure."""
-    if text.strip() != "Terminated":
+    """The Auto Scaling group's target state: only `Terminated` is a departure. Anything
+    but a state's name (InService, Warmed:Stopped, ...) is outside the contract: a page
+    of a proxy read as "not Terminated" would end the warning."""
+    state = text.strip()
+    if not ASG_STATE.fullmatch(state):
+        raise MetadataError(Error.MALFORMED, f"{ASG}: not a lifecycle state: {state[:60]!r}")
+    if state != "Terminated":
         return None
     return Notice(
         Cloud.AWS,
@@ -149,10 +182,11 @@ def asg_notice(text: str, since: float) -> Notice | None:
 
 
 class Imds:
-    """Reads the four items, with an IMDSv2 session token."""
+    """Reads the four items, each at its own cadence, with an IMDSv2 session token."""
 
-    interval = 2.0  # aws-node-termination-handler polls every 2 s; AWS suggests 5 s
-    timeout = 2.0
+    interval = 2.0  # between readings: the Spot notice's cadence
+    timeout = 2.0  # one request, whole (nodeagent/cloud/http.py)
+    items: tuple[str, ...] = tuple(KEYS.values())
 
     def __init__(self, base: str = "") -> None:
         self.base = (base or BASE).rstrip("/")
@@ -160,54 +194,68 @@ class Imds:
         self._token_until = 0.0
         self._lock = threading.Lock()
         self._first_seen: dict[str, float] = {}
-        self._slow: list[Notice] = []
-        self._slow_at = 0.0
+        self._due = dict.fromkeys(SLOW, 0.0)  # monotonic time each slow item is read next
 
-    def read(self, now: float) -> list[Notice]:
-        """The Spot notice at every read (two minutes is all it gives); the others, which
-        come minutes to days ahead, every SLOW_EVERY seconds."""
-        notices: list[Notice] = []
-        spot = self._get(SPOT)
-        if spot is not None:
-            notices.append(spot_notice(spot))
-        if time.monotonic() >= self._slow_at:
-            self._slow = self._read_slow(now)
-            self._slow_at = time.monotonic() + SLOW_EVERY
-        return [self._since(n, now) for n in notices + self._slow]
+    def read(self, now: float) -> list[Item]:
+        """The items due: the Spot notice at every reading (two minutes is all it gives),
+        the others every SLOW_EVERY seconds, and an item not believed again at the next
+        reading (its last believed state stands meanwhile). Items due together are read
+        at once, so a reading takes one request's deadline, not one per item."""
+        token = self._session_token()
+        slow = [path for path in SLOW if time.monotonic() >= self._due[path]]
+        if not slow:
+            return self._item(SPOT, token, now)
+        with ThreadPoolExecutor(1 + len(slow), thread_name_prefix="imds") as pool:
+            reads = list(pool.map(lambda path: self._item(path, token, now), [SPOT, *slow]))
+        for path, read in zip(slow, reads[1:], strict=True):
+            again = SLOW_EVERY if read[0].believed else self.interval
+            self._due[path] = time.monotonic() + again
+        return [item for read in reads for item in read]
 
-    def _read_slow(self, now: float) -> list[Notice]:
-        notices: list[Notice] = []
-        rebalance = self._get(REBALANCE)
-        if rebalance is not None:
-            notices.append(rebalance_notice(rebalance))
-        scheduled = self._get(SCHEDULED)
-        if scheduled is not None:
-            notices += scheduled_notices(scheduled, now)
-        asg = self._get(ASG)
-        if asg is not None:
-            notice = asg_notice(asg, self._first_seen.setdefault(ASG, now))
-            notices += [notice] if notice else []
-        return notices
+    def _item(self, path: str, token: str, now: float) -> list[Item]:
+        """The item at `path` (for the scheduled events: the list, then each event)."""
+        key = KEYS[path]
+        try:
+            body = self._get(path, token)
+            if path != SCHEDULED:
+                return [Item(key, tuple(self._notices(path, body, now)))]
+            if body is None:
+                return [Item(key, entries=())]
+            return [dated(item, self._first_seen, now) for item in scheduled_items(body, now)]
+        except MetadataError as exc:
+            return [Item(key, doubt=exc)]
 
-    def _since(self, notice: Notice, now: float) -> Notice:
-        """A notice keeps the time first read: a scheduled event's first sighting (the
-        endpoint says nothing), a rebalance recommendation's first notice time."""
-        if notice.kind is WarningKind.MAINTENANCE:
-            since = self._first_seen.setdefault(notice.event_id, now)
-        elif notice.kind is WarningKind.REBALANCE:
-            since = self._first_seen.setdefault(notice.event_id, notice.since)
-        else:
-            return notice
-        return dataclasses.replace(notice, since=since)
+    def _notices(self, path: str, body: str | None, now: float) -> list[Notice]:
+        """A plain item's notices. A notice keeps the time it was first read (the ASG
+        state's first sighting, a rebalance recommendation's first notice time) while
+        it lasts; one read gone, a later one is new."""
+        key = KEYS[path]
+        notice = None
+        if body is not None and path == SPOT:
+            notice = spot_notice(body)
+        elif body is not None and path == REBALANCE:
+            notice = rebalance_notice(body)
+            since = self._first_seen.setdefault(key, notice.since)
+            notice = dataclasses.replace(notice, since=since)
+        elif body is not None and path == ASG:
+            notice = asg_notice(body, self._first_seen.get(key, now))
+        if notice is None:
+            self._first_seen.pop(key, None)
+            return []
+        self._first_seen.setdefault(key, notice.since)
+        return [notice]
 
-    def _get(self, path: str) -> str | None:
-        """The item's text, None for 404; one more try with a new token on a 401."""
-        reply = self._read(path, self._session_token())
-        if reply.status == 401:
+    def _get(self, path: str, token: str) -> str | None:
+        """The item's text, None for 404; one more try with a new token on a 401 to a
+        token held (it may have expired), none where no token came."""
+        reply = self._read(path, token)
+        if reply.status == 401 and token:
             self._forget_token()
-            reply = self._read(path, self._session_token())
-            if reply.status == 401:
-                raise MetadataError(Error.TOKEN, f"{path}: HTTP 401; {HOP_LIMIT_HINT}")
+            token = self._session_token()
+            reply = self._read(path, token)
+        if reply.status == 401:
+            why = "" if token else f"; {HOP_LIMIT_HINT}"
+            raise MetadataError(Error.TOKEN, f"{path}: HTTP 401{why}")
         if reply.status == 404:
             return None
         if reply.status != 200:

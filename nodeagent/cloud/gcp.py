@@ -15,6 +15,7 @@ Two keys under ``/computeMetadata/v1/instance/``, read with ``Metadata-Flavor: G
 from __future__ import annotations
 
 from nodeagent.cloud.http import Error, MetadataError, Reply, request, unexpected
+from nodeagent.cloud.reading import Item, read_item
 from nodeagent.types import Cloud, Notice, WarningKind
 
 BASE = "http://169.254.169.254"
@@ -61,27 +62,35 @@ def preempted_notice(value: str, since: float) -> Notice | None:
 
 
 class GceMetadata:
-    """Long-polls maintenance-event, reads preempted between polls."""
+    """Long-polls maintenance-event, reads preempted between polls; each key an item."""
 
     interval = 0.0  # the long poll is the wait
     timeout = 2.0  # a plain read's; a long poll's is its own end plus this
+    items: tuple[str, ...] = ("maintenance-event", "preempted")
 
     def __init__(self, base: str = "") -> None:
         self.base = (base or BASE).rstrip("/")
         self._etag = ""
-        self._first_seen: dict[str, float] = {}
+        self._since: dict[str, tuple[str, float]] = {}  # item -> (its value, first read)
 
-    def read(self, now: float) -> list[Notice]:
-        maintenance = self._maintenance()
-        preempted = self._get(PREEMPTED).body
-        notices = [
-            maintenance_notice(maintenance, self._seen(f"m:{maintenance.strip()}", now)),
-            preempted_notice(preempted, self._seen(f"p:{preempted.strip()}", now)),
+    def read(self, now: float) -> list[Item]:
+        return [
+            read_item("maintenance-event", lambda: self._notices(self._maintenance(), now)),
+            read_item("preempted", lambda: self._notices(self._get(PREEMPTED).body, now, True)),
         ]
-        return [n for n in notices if n is not None]
 
-    def _seen(self, key: str, now: float) -> float:
-        return self._first_seen.setdefault(key, now)
+    def _notices(self, value: str, now: float, preempted: bool = False) -> list[Notice]:
+        """The key's notice, dated from the first reading of its value (a value gone and
+        back later is a new event, with a new time)."""
+        key = "preempted" if preempted else "maintenance-event"
+        text = value.strip()
+        seen, since = self._since.get(key, ("", now))
+        if seen != text:
+            since = now
+        make = preempted_notice if preempted else maintenance_notice
+        notice = make(value, since)  # raises for a value outside the contract
+        self._since[key] = (text, since)
+        return [notice] if notice is not None else []
 
     def _maintenance(self) -> str:
         path = MAINTENANCE

@@ -33,6 +33,7 @@ from nodeagent.drain import podfilter
 from nodeagent.drain.detach import DetachResult
 from nodeagent.drain.eviction import Eviction, Evictor, outcome_of, wait_watch
 from nodeagent.drain.eviction import PodOutcome as PodOutcome
+from nodeagent.drain.partition import PartitionWatch
 from nodeagent.drain.phases import Phase, Phases
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, api_time, pods_path
 from nodeagent.kube.watch import Reflector, node_pods
@@ -181,6 +182,7 @@ class Drain:
         self._pods = pods if pods is not None else node_pods(kube, node_name)
         self._start = 0.0
         self._deadline = 0.0
+        self._waiting: list[Eviction] = []  # the pods waited for now
 
     # -- public ---------------------------------------------------------------
 
@@ -210,6 +212,7 @@ class Drain:
                     if not self.opts.dry_run:
                         with self.result.phases.timed(Phase.LIST):
                             self._wait_synced()
+                        PartitionWatch(self.kube, self._work, self.progress, self._seen).start()
                     yield self.kube
             finally:
                 self._work.cancel()
@@ -274,6 +277,27 @@ class Drain:
         last = max(accepted, default=end)
         self.result.phases.add(Phase.EVICT, last - planned)
         self.result.phases.add(Phase.GONE, end - last)
+
+    def _unseen(self) -> str:
+        """Why the pod watch does not show the pods as they are now, or "": the API
+        server unreachable, or back but the watch not heard from since it was lost (a
+        connection the partition left dead, until its silence ends it)."""
+        reach = self.kube.reach
+        down = reach.down_for()
+        if down is not None:
+            return f"API server unreachable since {down:.0f}s"
+        began = reach.outage_began
+        if began is not None and self._pods.stats.last_progress < began:
+            lost = time.monotonic() - began
+            return f"pod watch silent since the API server was lost {lost:.0f}s ago"
+        return ""
+
+    def _seen(self) -> int:
+        """The pods waited for as the watch last showed them (all of the node's before
+        the evictions start)."""
+        if self._waiting:
+            return sum(not self._gone(e) for e in self._waiting)
+        return len(self._pods.snapshot())
 
     def _wake(self) -> None:
         """Whatever waits on the pod watch re-checks: the work is over."""
@@ -459,6 +483,9 @@ class Drain:
             ev.outcome.note(left_detail(pod, state, time.time()))
             return
         ev.outcome.detail = ev.outcome.detail or "still terminating"
+        unseen = self._unseen()
+        if unseen:
+            ev.outcome.detail = f"last seen on the node ({unseen}): {ev.outcome.detail}"
         finalizers = pod["metadata"].get("finalizers") or []
         if finalizers:
             ev.outcome.detail += f"; finalizers {', '.join(finalizers)}"
@@ -487,6 +514,7 @@ class Drain:
         # watch event was quadratic in its size), and a last full pass confirms: a pod can
         # come back (a finished one held by finalizers, then deleted, waits again).
         waiting = deque(batch)
+        self._waiting = batch
 
         def done() -> bool:
             while waiting and self._gone(waiting[0]):
@@ -511,6 +539,13 @@ class Drain:
         )
         more = f" and {len(left) - 5} more" if len(left) > 5 else ""
         remaining = self._deadline - time.monotonic()
+        unseen = self._unseen()
+        if unseen:  # the watch shows what was, not what is: no claim on them
+            self.progress(
+                f"{unseen}; {len(left)} pods last seen on the node ({remaining:.0f}s left): "
+                f"{names}{more}"
+            )
+            return
         self.progress(f"waiting for {len(left)} pods ({remaining:.0f}s left): {names}{more}")
 
     def _force(self, left: list[Eviction]) -> None:

@@ -16,6 +16,7 @@ import json
 import logging
 import random
 import re
+import threading
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,51 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT = 3.0
 READ_TIMEOUT = 15.0
 POOL_SIZE = 64
+# Under a deadline a request waits at most this share of the time left for its connect
+# and its answer: one lost to a partition leaves time for three more (a 15 s read inside
+# a 30 s shutdown budget would leave one), and none waits less than REQUEST_FLOOR.
+DEADLINE_SHARE = 0.25
+REQUEST_FLOOR = 1.0
+
+
+def request_timeouts(connect: float, read: float, left: float) -> tuple[float, float]:
+    """The connect and read timeouts of a request with `left` seconds to its deadline."""
+    share = max(REQUEST_FLOOR, left * DEADLINE_SHARE)
+    return min(connect, share, left), min(read, share, left)
+
+
+class Reachability:
+    """Whether the API server answers this client (and its bounded copies): the time of
+    its last answer of any status, and why the requests since got none."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.last_answer = time.monotonic()
+        self.why = ""  # "" while it answers
+        self.outage_began: float | None = None  # the last answer before the last outage
+
+    def answered(self) -> bool:
+        """Note an answer; True when it ends an outage."""
+        with self._lock:
+            self.last_answer = time.monotonic()
+            ended, self.why = bool(self.why), ""
+            return ended
+
+    def failed(self, why: str) -> None:
+        with self._lock:
+            if not self.why:
+                self.outage_began = self.last_answer
+            self.why = why
+
+    def silent_for(self) -> float:
+        """Seconds since the last answer."""
+        return time.monotonic() - self.last_answer
+
+    def down_for(self) -> float | None:
+        """Seconds since the last answer while requests since got none; None while it
+        answers."""
+        with self._lock:
+            return time.monotonic() - self.last_answer if self.why else None
 
 
 def _api_error(status: int, reason: str, data: bytes, headers: Any) -> ApiError:
@@ -80,6 +126,7 @@ class Kube:
         self._transport = transport
         self.host: str = transport.endpoint.server
         self.deadline: float | None = None  # time.monotonic() bound on every request
+        self.reach = Reachability()  # shared with the bounded copies
 
     def bounded(self, deadline: float) -> Kube:
         """The same client (and connection pool) with every request cut to end by
@@ -164,28 +211,49 @@ class Kube:
             attempt += 1
 
     def _send(
-        self, method: str, url: str, payload: bytes | None, extra: dict[str, str], read: float
+        self,
+        method: str,
+        url: str,
+        payload: bytes | None,
+        extra: dict[str, str],
+        read: float,
+        connect: float = CONNECT_TIMEOUT,
+        retries: Any = None,  # None: the pool's (one more connect); False: none
     ) -> Any:
         import urllib3
         from urllib3.exceptions import HTTPError
 
-        connect = CONNECT_TIMEOUT
         if self.deadline is not None:
             left = self.deadline - time.monotonic()
             if left <= 0.05:
                 raise OutOfTime(f"no time left for {method} {url.removeprefix(self.host)}")
-            connect, read = min(connect, left), min(read, left)
+            connect, read = request_timeouts(connect, read, left)
         try:
-            return self._transport.pool().request(
+            resp = self._transport.pool().request(
                 method,
                 url,
                 body=payload,
                 headers=self._transport.headers(extra),
                 timeout=urllib3.Timeout(connect=connect, read=read),
                 preload_content=False,
+                retries=retries,
             )
         except (HTTPError, OSError) as exc:
-            raise _unreachable(self.host, exc) from None
+            unreachable = _unreachable(self.host, exc)
+            self.reach.failed(str(unreachable))
+            raise unreachable from None
+        if self.reach.answered():
+            # The pool's idle connections may be dead ones of the outage (a partition drops
+            # them silently): each would cost a request its whole timeout.
+            self._transport.forget_idle()
+        return resp
+
+    def probe(self, timeout: float) -> None:
+        """One quick request (GET /version, readable by every authenticated user) to tell
+        whether the API server answers at all; raises Unreachable when it does not."""
+        url = f"{self.host}/version"
+        resp = self._send("GET", url, None, {}, timeout, connect=timeout, retries=False)
+        _ = resp.data  # read to the end: the connection goes back to the pool
 
     def server_time(self) -> float:
         """The API server's clock (its Date header, whole seconds), for judging the
@@ -231,7 +299,7 @@ class Kube:
             silence = max(0.05, min(silence, self.deadline - time.monotonic()))
         try:
             _set_read_timeout(resp, silence)
-            yield from _json_lines(resp, self.host, path, silence)
+            yield from _json_lines(resp, self.host, path, silence, self.reach)
         finally:
             resp.release_conn()
 
@@ -252,24 +320,31 @@ def _count_throttled(method: str, path: str, wait: float) -> None:
     )
 
 
-def _json_lines(resp: Any, host: str, path: str, silence: float) -> Iterator[JSON]:
+def _json_lines(
+    resp: Any, host: str, path: str, silence: float, reach: Reachability
+) -> Iterator[JSON]:
     from urllib3.exceptions import HTTPError, ReadTimeoutError
 
     buf = b""
     try:
         for chunk in resp.stream(amt=None, decode_content=False):
+            reach.answered()  # a watch's bytes are answers too (events, bookmarks)
             buf += chunk
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
                 if line.strip():
                     yield json.loads(line)
     except (ReadTimeoutError, TimeoutError):
-        raise Silent(
+        silent = Silent(
             f"nothing from {host} on {path} for {silence:.0f}s, not even a bookmark: "
             "connection presumed dead"
-        ) from None
+        )
+        reach.failed(str(silent))
+        raise silent from None
     except (HTTPError, OSError) as exc:
-        raise _unreachable(host, exc) from None
+        unreachable = _unreachable(host, exc)
+        reach.failed(str(unreachable))
+        raise unreachable from None
 
 
 def pods_path(namespace: str, name: str = "") -> str:

@@ -110,6 +110,10 @@ class Transport:
         old.clear()  # idle connections close; ones in use close when released
         return fresh
 
+    def forget_idle(self) -> None:
+        """Close the idle connections (ones in use close when released)."""
+        self.pool().clear()
+
     def _build(self) -> urllib3.PoolManager:
         e = self.endpoint
         args = dict(self._pool_args)
