@@ -169,6 +169,8 @@ class Step(Enum):
     DRAIN = "drain"
     UNCORDON = "uncordon"
     FORGET = "forget"  # clear the Node's note of a departed warning the endpoint dropped
+    REFENCE = "refence"  # put back what someone else undid of the agent's fence
+    UNTAINT = "untaint"  # a shutdown's departure is over: its taint goes, the cordon stays
 
 
 class DrainOutcome(StrEnum):
@@ -214,7 +216,7 @@ class Milestone(Enum):
     UNCORDONED = "uncordoned"  # reason
     DRAIN_STARTED = "drain-started"  # reason, pods
     EVICTED = "evicted"  # reason, pod
-    DRAIN_FINISHED = "drain-finished"  # reason, outcome, seconds
+    DRAIN_FINISHED = "drain-finished"  # reason, outcome, seconds, late
     LOCK_RELEASED = "lock-released"  # generation
 
     @property

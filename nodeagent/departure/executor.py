@@ -13,6 +13,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -24,8 +25,9 @@ from nodeagent.drain.engine import Drain, DrainOptions, DrainResult
 from nodeagent.drain.phases import Phase
 from nodeagent.fence import marker
 from nodeagent.fence.decision import Decision
+from nodeagent.fence.refence import CONTESTED_AFTER, Refences, last_writer
 from nodeagent.fence.warning import marker_notes
-from nodeagent.kube.client import JSON, Kube, KubeError
+from nodeagent.kube.client import JSON, ApiError, Kube, KubeError
 from nodeagent.kube.watch import Reflector
 from nodeagent.report import conditions
 from nodeagent.report.conditions import ConditionWriter
@@ -38,6 +40,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# The API server names the agent's writes after its User-Agent (kube/transport.py).
+FIELD_MANAGER = "nodeagent"
 NODE_CHANGED_RETRIES = 3  # reads of a Node that keeps changing under a cordon, then give up
 # Outcomes that say nothing about the node: no drain result is recorded for them.
 UNRECORDED = (DrainOutcome.CANCELLED, DrainOutcome.DRY_RUN)
@@ -92,13 +96,15 @@ def cordon_then_drain(
     cordoned: Callable[[], None] = lambda: None,
     detaching: Callable[[Sequence[str]], None] | None = None,
     notes: marker.Notes | None = None,
+    taint: bool = True,
 ) -> DrainResult:
     """Cordon with the marker, then drain, in the drain's time: the cordon waits for the
     drain's pod watch to list (a drain that cannot list changes nothing), and the drain
     plans from the pods the watch shows once the cordon is answered. `keep`: the agent's
     markers of this boot left as they are; `cordoned` is called once the cordon stands.
     Then, still inside the drain's deadline, wait_for_detach; `detaching` hears the
-    volumes it still waits for. `notes`: marker keys written with the cordon (a warning's).
+    volumes it still waits for. `notes`: marker keys written with the cordon (a warning's);
+    `taint`: the agent's taint goes on with it (marker.cordon).
 
     `node` is the Node the caller decided on: when it changed since (the cordon's
     resourceVersion precondition), marker.NodeChanged is raised, for the caller to read
@@ -117,17 +123,22 @@ def cordon_then_drain(
         if drain.cancelled:
             return drain.evict(node, cordoned=False)
         with phases.timed(Phase.CORDON):
+            how = Fencing(keep, notes, taint)
             if decided:
-                fenced = _cordon_for_drain(drain, kube, node, keep, notes)
+                fenced = _cordon_for_drain(drain, kube, node, how)
             else:
-                node, fenced = _cordon_read_again(drain, kube, node, keep, notes)
+                node, fenced = _cordon_read_again(drain, kube, node, how)
         cordoned()
         before = drain.watched_pods()  # what the drain plans from: their volumes
         result = drain.evict(node, fenced is Fenced.CORDONED)
         if fenced is not Fenced.KEPT and result.outcome not in UNRECORDED:
             with phases.timed(Phase.RESULT):
                 try:
-                    marker.record_result(kube, drain.node_name, result.outcome)
+                    uid = node["metadata"].get("uid", "")
+                    marker.record_result(kube, drain.node_name, result.outcome, uid)
+                except ApiError as exc:
+                    if exc.status not in (404, 409):  # the Node deleted: said once (worker)
+                        log.warning("could not record drain result: %s", exc)
                 except KubeError as exc:
                     log.warning("could not record drain result: %s", exc)
     if result.outcome not in UNRECORDED:
@@ -166,23 +177,30 @@ def wait_for_detach(
     return waited
 
 
-def _cordon_read_again(
-    drain: Drain, kube: Kube, node: JSON, keep: Collection[str], notes: marker.Notes | None
-) -> tuple[JSON, Fenced]:
+@dataclass(frozen=True)
+class Fencing:
+    """What a drain's cordon writes beside its reason: the agent's markers of this boot
+    left as they are (`keep`), the warning's marker keys (`notes`), and whether the agent's
+    taint goes on with it (`taint`, marker.cordon)."""
+
+    keep: Collection[str] = ()
+    notes: marker.Notes | None = None
+    taint: bool = True
+
+
+def _cordon_read_again(drain: Drain, kube: Kube, node: JSON, how: Fencing) -> tuple[JSON, Fenced]:
     """Cordon `node`, read again while it changes under the write (nothing to decide)."""
     for _ in range(NODE_CHANGED_RETRIES):
         try:
-            return node, _cordon_for_drain(drain, kube, node, keep, notes)
+            return node, _cordon_for_drain(drain, kube, node, how)
         except marker.NodeChanged:
             node = marker.get_node(kube, drain.node_name)
-    return node, _cordon_for_drain(drain, kube, node, keep, notes)
+    return node, _cordon_for_drain(drain, kube, node, how)
 
 
-def _cordon_for_drain(
-    drain: Drain, kube: Kube, node: JSON, keep: Collection[str], notes: marker.Notes | None
-) -> Fenced:
+def _cordon_for_drain(drain: Drain, kube: Kube, node: JSON, how: Fencing) -> Fenced:
     reason = drain.opts.reason
-    if marker.cordon(kube, node, reason, keep, notes):
+    if marker.cordon(kube, node, reason, how.keep, how.notes, taint=how.taint):
         cordoned(reason)
         drain.progress(f"cordoned node {drain.node_name} (reason {reason})")
         if drain.events:
@@ -190,7 +208,7 @@ def _cordon_for_drain(
         return Fenced.CORDONED
     if not marker.NodeFence.of(node).cordoned_by_other:
         return Fenced.KEPT
-    marker.record_drain(kube, node, reason, notes)
+    marker.record_drain(kube, node, reason, how.notes, taint=how.taint)
     drain.progress(f"node {drain.node_name} was already cordoned by someone else")
     return Fenced.RECORDED
 
@@ -206,13 +224,19 @@ class FenceExecutor:
         report: ConditionWriter,
         progress: Callable[[Reason, str], None],
         pods: Reflector | None = None,
+        refences: Refences | None = None,
+        may_taint: bool = True,
     ) -> None:
+        """`may_taint`: the identity may change its Node's taints (not the kubelet's:
+        NodeRestriction refuses it); without, the fence is the cordon alone."""
         self.cfg = cfg
         self.kube = kube
         self.events = events
         self.report = report
         self.progress = progress
         self.pods = pods  # the daemon's one watch of the node's pods
+        self.refences = refences if refences is not None else Refences()
+        self.may_taint = may_taint
 
     def apply(
         self, decision: Decision, node: JSON, ctx: Context, budget: Budget | None = None
@@ -228,6 +252,15 @@ class FenceExecutor:
         if decision.step is Step.UNCORDON:
             self._uncordon(kube, decision, node)
             return None
+        if decision.step is Step.REFENCE:
+            self.refence(kube, decision, node)
+            return None
+        if decision.step is Step.UNTAINT:
+            if "spec" not in node:  # not observed yet
+                node = marker.get_node(kube, self.cfg.node_name)
+            marker.untaint(kube, node)
+            log.info("fence: %s; taint %s removed", decision.why, marker.TAINT)
+            return None
         if decision.step is Step.FORGET:
             if "spec" not in node:  # not observed yet
                 node = marker.get_node(kube, self.cfg.node_name)
@@ -240,6 +273,39 @@ class FenceExecutor:
             self.report.set(decision.condition)
         return None
 
+    def refence(self, kube: Kube, decision: Decision, node: JSON) -> JSON:
+        """Put back what someone else undid of the agent's fence (decision.refence), in
+        one write guarded by `node`'s resourceVersion (marker.NodeChanged when it moved
+        on), and say what changed and who last wrote the Node: a Warning Event `Refenced`,
+        and `RefenceContested` once when the cordon was put back too often. Returns the
+        Node as written."""
+        put_back = decision.refence
+        assert put_back is not None, "a refence says what to put back"
+        written = marker.refence(
+            kube,
+            node,
+            cordon=put_back.cordon,
+            taint=put_back.taint,
+            label=put_back.label,
+            reason=put_back.reason,
+        )
+        # The watch's copies carry no managedFields (kube/watch.py); the written object does.
+        writer = last_writer(written, besides=FIELD_MANAGER)
+        message = put_back.message(writer)
+        log.warning("fence: %s", message)
+        self.events.node(node, "Refenced", message, WARNING)
+        if put_back.cordon:
+            started = marker.NodeFence.of(node).started_at
+            if self.refences.count(started, time.monotonic()) == CONTESTED_AFTER:
+                contested = (
+                    f"something keeps uncordoning this node ({writer}): the cordon "
+                    f"was put back {CONTESTED_AFTER} times; the taint {marker.TAINT} holds "
+                    "the fence from here"
+                )
+                log.warning("fence: %s", contested)
+                self.events.node(node, "RefenceContested", contested, WARNING)
+        return written
+
     def record_boot(self, boot: str) -> None:
         """Note on the Node the boot the agent started in (after start, by the reconcile)."""
         marker.record_boot(self.kube, self.cfg.node_name, boot)
@@ -248,7 +314,9 @@ class FenceExecutor:
         assert decision.reason is not None
         if "spec" not in node:  # not observed yet
             node = marker.get_node(kube, self.cfg.node_name)
-        changed = marker.cordon(kube, node, decision.reason, decision.keep, _notes(decision))
+        changed = marker.cordon(
+            kube, node, decision.reason, decision.keep, _notes(decision), taint=self.may_taint
+        )
         if changed:
             cordoned(decision.reason)
         if changed and decision.event:
@@ -290,6 +358,7 @@ class FenceExecutor:
             lambda: self.report.set(conditions.draining(what)),
             lambda volumes: self._detaching(reason, what, volumes),
             _notes(decision),
+            self.may_taint,
         )
         self._record(reason, what, result, budget)
         return result
@@ -304,14 +373,16 @@ class FenceExecutor:
         milestone(
             log,
             Milestone.DRAIN_FINISHED,
-            "drain for %s: %s in %.2fs (%s)",
+            "drain for %s: %s in %.2fs (%s)%s",
             reason,
             result.outcome,
             result.seconds,
             result.phases.render(),
+            f"; {result.late} pod(s) bound after it began, evicted too" if result.late else "",
             reason=reason,
             outcome=result.outcome,
             seconds=f"{result.seconds:.3f}",
+            late=result.late,
         )
         metrics.DRAINS.labels(reason, result.outcome).inc()
         metrics.DRAIN_SECONDS.observe(result.seconds)

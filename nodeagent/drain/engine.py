@@ -89,6 +89,7 @@ class DrainResult:
     # The wait, after the drain, for the drained pods' volumes to detach (drain/detach.py).
     detach: DetachResult | None = None
     phases: Phases = field(default_factory=Phases)  # where its time went
+    late: int = 0  # pods bound after the drain planned, evicted too
 
     @property
     def exit_code(self) -> ExitCode:
@@ -181,6 +182,7 @@ class Drain:
         self._pods = pods if pods is not None else node_pods(kube, node_name)
         self._start = 0.0
         self._deadline = 0.0
+        self._seen: set[str] = set()  # the UIDs of the pods the plan was made from
 
     # -- public ---------------------------------------------------------------
 
@@ -252,7 +254,9 @@ class Drain:
         # is still in flight (milliseconds; kubectl's fresh list has no such lag, and
         # neither closes the race with a binding the scheduler made before the cordon).
         planned = time.monotonic()
-        pods = self._plan(self._pods.snapshot())
+        snapshot = self._pods.snapshot()
+        self._seen = {p["metadata"]["uid"] for p in snapshot}
+        pods = self._plan(snapshot)
         milestone(
             log,
             Milestone.DRAIN_STARTED,
@@ -347,6 +351,7 @@ class Drain:
                 deleted = self._delete_killing(pool, killing)
                 evictions += deleted
                 evictions += self._run_tiers(pool, tiers, deleted, reserve_until, has_critical)
+                evictions += self._run_late(pool)
                 self._wait_gone(evictions, self._deadline)
                 self._work.cancel()  # workers still retrying give up now
         finally:
@@ -385,6 +390,23 @@ class Drain:
             self._evictor.send_combined_events()
             if self._work.cancelled:
                 break
+        return evictions
+
+    def _run_late(self, pool: ThreadPoolExecutor) -> list[Eviction]:
+        """Pods bound after the plan was made (a binding in flight at the cordon, one the
+        fence did not stop while it was lifted), from the watch: evicted too, so that
+        `Drained` means none the drain must move is bound (docs/architecture.md)."""
+        evictions: list[Eviction] = []
+        while not self._work.cancelled and time.monotonic() < self._deadline:
+            new = [p for p in self._pods.snapshot() if p["metadata"]["uid"] not in self._seen]
+            self._seen |= {p["metadata"]["uid"] for p in new}
+            late = self._plan(new)
+            if not late:
+                return evictions
+            self.result.late += len(late)
+            self.progress(f"{len(late)} pods bound to the node after the drain began")
+            for tier in podfilter.tiers(late):
+                evictions += self._run_tier(pool, tier, self._deadline)
         return evictions
 
     def _delete_killing(self, pool: ThreadPoolExecutor, pods: list[JSON]) -> list[Eviction]:

@@ -17,6 +17,10 @@ The precedence, highest first:
    its fence) fences no more, though the endpoint may list it for minutes after.
 5. The Node as it is now: an evacuate taint fences per its policy; its removal undoes
    what the evacuation did. A person's cordon is never undone.
+
+Before all of them, on a change of the Node: what someone else undid of the agent's fence
+while its reason holds (a foreign uncordon, its taint or label removed) is put back
+(fence/refence.py), whoever owns the node.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass, replace
 from nodeagent.config import EvacuateConfig
 from nodeagent.fence import marker
 from nodeagent.fence.marker import NodeFence
+from nodeagent.fence.refence import Refence, missing
 from nodeagent.fence.warning import Warned, is_departed
 from nodeagent.kube.client import JSON
 from nodeagent.report import conditions
@@ -70,6 +75,12 @@ class Observed:
     # The Node's note (marker.WARNING_DEPARTED): the event ID of a warning whose departure
     # happened; it fences no more while the endpoint still lists it.
     warning_departed: str = ""
+    # Memory: the cordon was put back too often in this departure (fence/refence.py):
+    # only the taint is put back.
+    contested: bool = False
+    # The identity may change the Node's taints (not the kubelet's, under NodeRestriction):
+    # without, the agent's fence is the cordon alone.
+    may_taint: bool = True
 
     @property
     def acting(self) -> Warned | None:
@@ -116,6 +127,8 @@ class Decision:
     # which (its notes go into the marker; a shutdown's keeps them, so the next boot knows
     # the warning departed).
     warning: Notice | None = None
+    # REFENCE: what to put back.
+    refence: Refence | None = None
 
 
 NOTHING = Decision(Step.NOTHING)
@@ -160,6 +173,10 @@ def preempts(occasion: Occasion, running: Reason, asked: bool, drains: bool) -> 
 
 def decide(o: Observed) -> Decision:
     """The fence step the observation asks for."""
+    if o.occasion is Occasion.NODE:
+        put_back = refence(o)
+        if put_back:
+            return Decision(Step.REFENCE, refence=put_back, why="; ".join(put_back.changes()))
     if o.occasion is Occasion.SHUTDOWN:
         return _shutdown(o)
     if o.shutdown is not None:
@@ -169,6 +186,42 @@ def decide(o: Observed) -> Decision:
     if o.occasion is Occasion.SETTLED:
         return _settled(o)
     return _node(o)
+
+
+def reason_holds(o: Observed) -> str:
+    """Why the departure written on the Node (its marker's reason) is still wanted, or ""
+    when it is not: its shutdown owns the node (a marker of this boot), its warning acts
+    and fences, or its evacuate taint is there."""
+    fence = o.fence
+    reason = marker_reason(fence.reason) if fence.recorded else None
+    if reason is None:
+        return ""
+    if reason.shutdown:
+        this_boot = not fence.boot_id or not o.boot_id or fence.boot_id == o.boot_id
+        return f"the {reason} shutdown" if o.shutdown is not None and this_boot else ""
+    if reason is Reason.WARNING:
+        w = o.fencing
+        ours = w is not None and w.notice.event_id == fence.warning_id
+        return w.notice.describe() if ours and w is not None else ""
+    if reason is Reason.EVACUATE and o.evacuation_requested:
+        return f"the evacuate taint {o.taint}"
+    return ""
+
+
+def _shutdown_over(o: Observed) -> bool:
+    """A shutdown's taint with no shutdown owning the node (the agent started again): the
+    departure is over, its taint goes at once, so DaemonSet pods (which tolerate the cordon,
+    never the agent's taint) come back while the cordon waits for the node to be Ready."""
+    reason = marker_reason(o.fence.reason) if o.fence.recorded else None
+    shutdown = reason is not None and reason.shutdown
+    return o.fence.tainted and shutdown and not reason_holds(o)
+
+
+def refence(o: Observed) -> Refence:
+    """What of the agent's fence to put back now (fence/refence.py); the cordon is left to
+    whoever keeps lifting it once the repairs are contested."""
+    put_back = missing(o.fence, reason_holds(o), o.may_taint)
+    return replace(put_back, cordon=False) if o.contested else put_back
 
 
 def _shutdown(o: Observed) -> Decision:
@@ -222,6 +275,12 @@ def _node(o: Observed) -> Decision:
     if decision.step is Step.NOTHING and _forgotten(o):
         return Decision(
             Step.FORGET, why=f"the departed warning {o.warning_departed} is off the endpoint"
+        )
+    if decision.step is Step.NOTHING and _shutdown_over(o):
+        return Decision(
+            Step.UNTAINT,
+            why=f"the {o.fence.reason} departure is over; its cordon stays until the node "
+            "runs pods again",
         )
     return decision
 
