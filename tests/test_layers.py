@@ -131,6 +131,7 @@ MARKER_WRITES = {
     "forget_departed",
     "refence",
     "untaint",
+    "hold_deletion",
 }
 # The daemon's one writer (docs/architecture.md, "Who owns the node's fence"), and the CLI's
 # `nodeagent uncordon`, a person's own command in a process of its own.

@@ -23,6 +23,7 @@ from nodeagent.departure.warnings import CloudWarnings
 from nodeagent.drain.engine import DrainResult
 from nodeagent.fence import marker
 from nodeagent.fence.decision import Decision, Observed, decide
+from nodeagent.fence.others import Others
 from nodeagent.kube.client import JSON, Kube, KubeError
 from nodeagent.types import FINISHED, Notice, Occasion, Policy, Reason, Step
 
@@ -223,6 +224,7 @@ class Applier:
             warning_ids=heard.ids,
             warning_departed=marker.departed_note(node),
             may_taint=self.executor.may_taint,
+            others=Others.of(node),
             contested=self.state.refences.contested(
                 marker.NodeFence.of(node).started_at, time.monotonic()
             ),

@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING
 from nodeagent import metrics
 from nodeagent.config import Config
 from nodeagent.context import Context
-from nodeagent.drain import detach
+from nodeagent.drain import detach, podfilter
 from nodeagent.drain.engine import Drain, DrainOptions, DrainResult
 from nodeagent.drain.phases import Phase
 from nodeagent.fence import marker
 from nodeagent.fence.decision import Decision
+from nodeagent.fence.others import Others
 from nodeagent.fence.refence import CONTESTED_AFTER, Refences, last_writer
 from nodeagent.fence.warning import marker_notes
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError
@@ -32,7 +33,7 @@ from nodeagent.kube.watch import Reflector
 from nodeagent.report import conditions
 from nodeagent.report.conditions import ConditionWriter
 from nodeagent.report.events import WARNING, EventRecorder
-from nodeagent.types import DrainOutcome, Milestone, Reason, Step, milestone
+from nodeagent.types import DrainOutcome, FinishedPods, Milestone, Reason, Step, milestone
 
 if TYPE_CHECKING:
     # Only the daemon hands a budget in; `nodeagent drain` keeps logind's modules unloaded.
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 
 # The API server names the agent's writes after its User-Agent (kube/transport.py).
 FIELD_MANAGER = "nodeagent"
+OTHER_DRAIN_RESERVE = 10.0  # seconds kept, at least, to drain what another drainer left
 NODE_CHANGED_RETRIES = 3  # reads of a Node that keeps changing under a cordon, then give up
 # Outcomes that say nothing about the node: no drain result is recorded for them.
 UNRECORDED = (DrainOutcome.CANCELLED, DrainOutcome.DRY_RUN)
@@ -97,6 +99,7 @@ def cordon_then_drain(
     detaching: Callable[[Sequence[str]], None] | None = None,
     notes: marker.Notes | None = None,
     taint: bool = True,
+    settle: Callable[[Drain], None] | None = None,
 ) -> DrainResult:
     """Cordon with the marker, then drain, in the drain's time: the cordon waits for the
     drain's pod watch to list (a drain that cannot list changes nothing), and the drain
@@ -104,7 +107,8 @@ def cordon_then_drain(
     markers of this boot left as they are; `cordoned` is called once the cordon stands.
     Then, still inside the drain's deadline, wait_for_detach; `detaching` hears the
     volumes it still waits for. `notes`: marker keys written with the cordon (a warning's);
-    `taint`: the agent's taint goes on with it (marker.cordon).
+    `taint`: the agent's taint goes on with it (marker.cordon). `settle`: called once the
+    cordon stands, before the plan (another actor's drain waited for).
 
     `node` is the Node the caller decided on: when it changed since (the cordon's
     resourceVersion precondition), marker.NodeChanged is raised, for the caller to read
@@ -129,6 +133,8 @@ def cordon_then_drain(
             else:
                 node, fenced = _cordon_read_again(drain, kube, node, how)
         cordoned()
+        if settle is not None:
+            settle(drain)
         before = drain.watched_pods()  # what the drain plans from: their volumes
         result = drain.evict(node, fenced is Fenced.CORDONED)
         if fenced is not Fenced.KEPT and result.outcome not in UNRECORDED:
@@ -145,6 +151,45 @@ def cordon_then_drain(
         with phases.timed(Phase.DETACH):
             result.detach = wait_for_detach(drain, node, before, ctx, detaching)
     return result
+
+
+def to_move(pods: Sequence[JSON], finished: FinishedPods) -> list[JSON]:
+    """The pods a drain would still have to move: not left alone by the drain's filter
+    (DaemonSet, mirror, finished); those terminating already count until they are gone."""
+    return [p for p in pods if podfilter.skip_reason(p, finished) is None]
+
+
+def other_drain_until(start: float, deadline: float) -> float:
+    """Until when a shutdown waits for another actor's drain: its deadline less a reserve
+    for draining what is left (half the budget, at least OTHER_DRAIN_RESERVE seconds)."""
+    return deadline - max(OTHER_DRAIN_RESERVE, (deadline - start) / 2)
+
+
+def wait_for_other_drain(drain: Drain, who: str, reason: Reason) -> None:
+    """At a shutdown, another actor drains the node (`who`): evict nothing while its drain
+    goes on, until no pod the agent would move is bound (those it evicted gone too) or the
+    reserve for finishing comes; the drain then moves what is left (often nothing: a pod
+    still terminating is asked again, which changes nothing). logind's lock is held."""
+    now = time.monotonic()
+    until = other_drain_until(now, drain.deadline)
+    finished = drain.opts.finished_pods
+    left = to_move(drain.watched_pods(), finished)
+    if not left or until <= now:
+        return
+    log.info(
+        "%s: %s is draining this node (%d pod(s) to go); waiting %.0fs at most, then "
+        "draining what is left",
+        reason,
+        who,
+        len(left),
+        until - now,
+    )
+    drain.wait_pods(lambda pods: drain.cancelled or not to_move(pods, finished), until)
+    left = to_move(drain.watched_pods(), finished)
+    if not left:
+        log.info("%s: %s drained the node in %.1fs", reason, who, time.monotonic() - now)
+    else:
+        log.info("%s: %d pod(s) left after %s's drain; draining them", reason, len(left), who)
 
 
 def wait_for_detach(
@@ -211,6 +256,36 @@ def _cordon_for_drain(drain: Drain, kube: Kube, node: JSON, how: Fencing) -> Fen
     marker.record_drain(kube, node, reason, how.notes, taint=how.taint)
     drain.progress(f"node {drain.node_name} was already cordoned by someone else")
     return Fenced.RECORDED
+
+
+class AutoscalerHold:
+    """While the drain waits for its volumes to detach on a node the Cluster Autoscaler is
+    removing (`who`, its taint), its delay-deletion annotation holds the VM's deletion
+    (the autoscaler waits while any is there, up to --node-deletion-delay-timeout); it goes
+    when the wait ends, however it ends."""
+
+    def __init__(self, kube: Kube, name: str, who: str) -> None:
+        self.kube, self.name, self.who = kube, name, who
+        self.held = False
+
+    def hold(self, why: str) -> None:
+        if not self.who or self.held:
+            return
+        try:
+            marker.hold_deletion(self.kube, self.name, why)
+            self.held = True
+            log.info("holding %s's deletion while %s", self.who, why)
+        except KubeError as exc:
+            log.warning("could not hold the autoscaler's deletion: %s", exc)
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        try:
+            marker.hold_deletion(self.kube, self.name, None)
+            self.held = False
+        except KubeError as exc:
+            log.warning("could not release the autoscaler's deletion: %s", exc)
 
 
 class FenceExecutor:
@@ -317,6 +392,11 @@ class FenceExecutor:
         changed = marker.cordon(
             kube, node, decision.reason, decision.keep, _notes(decision), taint=self.may_taint
         )
+        fence = marker.NodeFence.of(node)
+        if not changed and fence.cordoned_by_other and fence.reason != decision.reason:
+            # Someone else's cordon (another drainer's): the agent's record and taint
+            # beside it, so its fence stands when they lift theirs.
+            marker.record_drain(kube, node, decision.reason, _notes(decision), taint=self.may_taint)
         if changed:
             cordoned(decision.reason)
         if changed and decision.event:
@@ -350,24 +430,35 @@ class FenceExecutor:
         # Draining once the cordon stands: a cordon that finds the Node changed (the
         # decision was made on a stale one) reports nothing it did not do.
         what = describe(decision)
-        result = cordon_then_drain(
-            drain,
-            node,
-            decision.keep,
-            ctx,
-            lambda: self.report.set(conditions.draining(what)),
-            lambda volumes: self._detaching(reason, what, volumes),
-            _notes(decision),
-            self.may_taint,
-        )
+        other = decision.wait_for
+        settle = (lambda d: wait_for_other_drain(d, other, reason)) if other else None
+        hold = AutoscalerHold(self.kube, self.cfg.node_name, Others.of(node).autoscaler_removing)
+        try:
+            result = cordon_then_drain(
+                drain,
+                node,
+                decision.keep,
+                ctx,
+                lambda: self.report.set(conditions.draining(what)),
+                lambda volumes: self._detaching(reason, what, volumes, hold),
+                _notes(decision),
+                self.may_taint,
+                settle,
+            )
+        finally:
+            hold.release()
         self._record(reason, what, result, budget)
         return result
 
-    def _detaching(self, reason: Reason, what: str, volumes: Sequence[str]) -> None:
-        """The volumes the departure still waits for, in NodeAgentDrained (`status`)."""
+    def _detaching(
+        self, reason: Reason, what: str, volumes: Sequence[str], hold: AutoscalerHold
+    ) -> None:
+        """The volumes the departure still waits for, in NodeAgentDrained (`status`), and
+        in the autoscaler's delay-deletion annotation where it is removing the node."""
         if volumes:
             self.report.set(conditions.waiting_for_detach(what, list(volumes)))
             self.progress(reason, f"waiting for {len(volumes)} volume(s) to detach")
+            hold.hold(f"{reason}: {len(volumes)} volume(s) detaching")
 
     def _record(self, reason: Reason, what: str, result: DrainResult, budget: Budget) -> None:
         milestone(

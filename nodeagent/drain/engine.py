@@ -233,6 +233,11 @@ class Drain:
         """The node's pods as the drain's watch shows them now (inside `started`)."""
         return self._pods.snapshot()
 
+    def wait_pods(self, done: Callable[[list[JSON]], bool], until: float) -> bool:
+        """Inside `started`: until `done(pods)` holds for the watched pods (checked on each
+        change, and when the drain is called off) or `until` (monotonic)."""
+        return self._pods.wait_for(lambda: done(self._pods.snapshot()), until)
+
     def evict(self, node: JSON, cordoned: bool) -> DrainResult:
         """Inside `started`, once the node is cordoned (`cordoned`: by this caller's
         write): plan from the pods the watch shows now, evict, wait, report."""

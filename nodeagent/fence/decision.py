@@ -25,11 +25,12 @@ while its reason holds (a foreign uncordon, its taint or label removed) is put b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from nodeagent.config import EvacuateConfig
 from nodeagent.fence import marker
 from nodeagent.fence.marker import NodeFence
+from nodeagent.fence.others import Others
 from nodeagent.fence.refence import Refence, missing
 from nodeagent.fence.warning import Warned, is_departed
 from nodeagent.kube.client import JSON
@@ -81,6 +82,8 @@ class Observed:
     # The identity may change the Node's taints (not the kubelet's, under NodeRestriction):
     # without, the agent's fence is the cordon alone.
     may_taint: bool = True
+    # The other actors on the Node (fence/others.py): another drainer, another handler.
+    others: Others = field(default_factory=Others)
 
     @property
     def acting(self) -> Warned | None:
@@ -129,6 +132,9 @@ class Decision:
     warning: Notice | None = None
     # REFENCE: what to put back.
     refence: Refence | None = None
+    # DRAIN at a shutdown: another actor drains the node (its evidence): fence, evict
+    # nothing while it does, then drain what is left before the deadline.
+    wait_for: str = ""
 
 
 NOTHING = Decision(Step.NOTHING)
@@ -230,7 +236,9 @@ def _shutdown(o: Observed) -> Decision:
     if o.shutdown_policy is Policy.CORDON:
         return Decision(Step.CORDON, reason, why=f"{reason}: policy cordon", warning=warning)
     if o.shutdown_policy is Policy.DRAIN:
-        return Decision(Step.DRAIN, reason, why=f"{reason}: policy drain", warning=warning)
+        other = o.others.maybe_drainer(o.fence.cordoned_by_other)
+        why = f"{reason}: policy drain" + (f"; {other} is draining it" if other else "")
+        return Decision(Step.DRAIN, reason, why=why, warning=warning, wait_for=other)
     return Decision(Step.NOTHING, why=f"{reason}: policy none")
 
 
@@ -271,7 +279,7 @@ def _settled(o: Observed) -> Decision:
 
 
 def _node(o: Observed) -> Decision:
-    decision = _fence_step(o)
+    decision = _beside_drainer(o, _fence_step(o))
     if decision.step is Step.NOTHING and _forgotten(o):
         return Decision(
             Step.FORGET, why=f"the departed warning {o.warning_departed} is off the endpoint"
@@ -283,6 +291,21 @@ def _node(o: Observed) -> Decision:
             "runs pods again",
         )
     return decision
+
+
+def _beside_drainer(o: Observed, decision: Decision) -> Decision:
+    """A drain the Node asks for (an evacuate taint, a warning) while another actor drains
+    it: fence only (the cordon and the agent's taint; theirs stay theirs), never a second
+    drain. Once fenced for that reason, nothing more; their drain gone, the drain follows."""
+    drainer = o.others.drainer
+    if decision.step is not Step.DRAIN or not drainer:
+        return decision
+    fence = o.fence
+    fenced = fence.reason == decision.reason and (fence.cordoned_by_agent or fence.recorded)
+    if fenced and (fence.tainted or not o.may_taint):
+        return NOTHING
+    why = f"{decision.reason}: {drainer} is draining this node; not draining it a second time"
+    return replace(decision, step=Step.CORDON, why=why)
 
 
 def _forgotten(o: Observed) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from nodeagent.fence.others import DELAY_DELETION
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, api_stamp, node_path
 from nodeagent.types import DEPARTING
 
@@ -333,6 +334,13 @@ def _guarded_patch(kube: Kube, node: JSON, patch: JSON) -> JSON:
         if exc.status != 409:
             raise
         raise NodeChanged(f"node {node['metadata']['name']} changed since it was read") from None
+
+
+def hold_deletion(kube: Kube, name: str, why: str | None) -> None:
+    """Set (`why`) or remove (None) the Cluster Autoscaler's delay-deletion annotation of
+    the agent's own (fence/others.DELAY_DELETION): one key, nobody else's."""
+    patch = {"metadata": {"annotations": {DELAY_DELETION: why}}}
+    kube.merge_patch(node_path(name), patch)
 
 
 def record_boot(kube: Kube, name: str, boot: str) -> None:
