@@ -237,7 +237,7 @@ def status(output: str, **params: Any) -> None:
     from nodeagent.kube.credentials import connect
 
     kube, _ = connect(cfg)
-    report = gather(kube, cfg.node_name)
+    report = gather(kube, cfg.node_name, cfg.warnings.other_handler)
     if output == "json":
         click.echo(json.dumps(report.as_json(), indent=2))
     else:

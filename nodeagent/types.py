@@ -99,6 +99,17 @@ class FinishedPods(StrEnum):
 # -- the cloud's early warnings ---------------------------------------------------------------
 
 
+class Handler(StrEnum):
+    """Another handler of the cloud's interruption notices on this node
+    (``[warnings] other_handler``): nodeagent's warnings stand aside where one acts."""
+
+    AUTO = "auto"  # told by what it writes on this Node (nodeagent/fence/others.py)
+    NONE = "none"  # nodeagent alone handles them
+    NTH = "aws-node-termination-handler"
+    KARPENTER = "karpenter"  # its interruption queue
+    AKS = "aks"  # AKS's node auto-drain
+
+
 class Cloud(StrEnum):
     """Where the node runs, as far as its early warnings go (``[warnings] cloud``)."""
 

@@ -11,8 +11,8 @@ import pytest
 from nodeagent.departure.executor import OTHER_DRAIN_RESERVE, other_drain_until, to_move
 from nodeagent.fence.decision import Observed, decide
 from nodeagent.fence.marker import NodeFence
-from nodeagent.fence.others import Others
-from nodeagent.types import FinishedPods, Occasion, Policy, Reason, Step
+from nodeagent.fence.others import Others, other_handler, standing_aside
+from nodeagent.types import FinishedPods, Handler, Occasion, Policy, Reason, Step
 from tests.test_warning import DRAIN as SPOT_DRAIN
 
 CA = {"key": "ToBeDeletedByClusterAutoscaler", "value": "1795939200", "effect": "NoSchedule"}
@@ -208,3 +208,59 @@ def test_what_another_drainer_leaves_to_move() -> None:
 def test_the_wait_keeps_half_the_budget_at_least_the_reserve(budget: float, waits: float) -> None:
     assert other_drain_until(100.0, 100.0 + budget) - 100.0 == waits
     assert OTHER_DRAIN_RESERVE == 10.0
+
+
+# -- one interruption handler -----------------------------------------------------------
+
+NTH_SEEN = "aws-node-termination-handler (aws-node-termination-handler/event-id)"
+
+
+@pytest.mark.parametrize(
+    ("configured", "seen", "handler"),
+    [
+        (Handler.AUTO, "", ""),
+        (Handler.AUTO, NTH_SEEN, NTH_SEEN),  # H1: told by what it writes on the Node
+        (Handler.NONE, NTH_SEEN, ""),  # the operator says nodeagent alone handles them
+        (Handler.KARPENTER, "", "karpenter (configuration [warnings] other_handler)"),
+        (Handler.AKS, NTH_SEEN, "aks (configuration [warnings] other_handler)"),
+    ],
+)
+def test_which_handler(configured: Handler, seen: str, handler: str) -> None:
+    assert other_handler(configured, seen) == handler
+
+
+OUR_WARNING = NodeFence(
+    True, True, "warning", "t1", "b", "", warning_id=SPOT_DRAIN.notice.event_id, tainted=True
+)
+
+HANDLER_ROWS: list[tuple[str, Observed, Step]] = [
+    ("alone: the warning drains", seen(Occasion.NODE, warning=SPOT_DRAIN), Step.DRAIN),
+    (
+        "H2 another handler: the warning stands aside",
+        seen(Occasion.NODE, warning=SPOT_DRAIN, handler=NTH_SEEN),
+        Step.NOTHING,
+    ),
+    (
+        "H3 already fencing for it: the drain goes on",
+        seen(Occasion.NODE, OUR_WARNING, warning=SPOT_DRAIN, handler=NTH_SEEN),
+        Step.DRAIN,
+    ),
+    (
+        "H4 the shutdown path stays on",
+        seen(Occasion.SHUTDOWN, handler=NTH_SEEN, **SHUTDOWN),
+        Step.DRAIN,
+    ),
+]
+
+
+@pytest.mark.parametrize(("row", "o", "step"), HANDLER_ROWS, ids=[r[0] for r in HANDLER_ROWS])
+def test_one_interruption_handler(row: str, o: Observed, step: Step) -> None:
+    assert decide(o).step is step
+
+
+def test_the_handler_line() -> None:
+    assert standing_aside(NTH_SEEN) == (
+        f"cloud warnings: {NTH_SEEN} handles them here; nodeagent stands aside (the "
+        "OS-shutdown path stays on)"
+    )
+    assert "nodeagent handles them" in standing_aside("")

@@ -23,7 +23,7 @@ from nodeagent.departure.warnings import CloudWarnings
 from nodeagent.drain.engine import DrainResult
 from nodeagent.fence import marker
 from nodeagent.fence.decision import Decision, Observed, decide
-from nodeagent.fence.others import Others
+from nodeagent.fence.others import Others, other_handler
 from nodeagent.kube.client import JSON, Kube, KubeError
 from nodeagent.types import FINISHED, Notice, Occasion, Policy, Reason, Step
 
@@ -225,6 +225,7 @@ class Applier:
             warning_departed=marker.departed_note(node),
             may_taint=self.executor.may_taint,
             others=Others.of(node),
+            handler=other_handler(self.cfg.warnings.other_handler, self.state.handler_seen),
             contested=self.state.refences.contested(
                 marker.NodeFence.of(node).started_at, time.monotonic()
             ),

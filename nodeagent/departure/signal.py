@@ -54,3 +54,4 @@ class State:
     retry_at: float = 0.0  # when a blocked drain is tried again (monotonic; 0: not)
     refences: Refences = field(default_factory=Refences)  # cordons put back, this departure
     deleted: str = ""  # the UID of the own Node deleted from the API, until one registers
+    handler_seen: str = ""  # another handler of the cloud's notices, seen on this Node

@@ -26,6 +26,7 @@ from nodeagent.departure.signal import Running, Signal, State
 from nodeagent.departure.warnings import CloudWarnings
 from nodeagent.fence import marker
 from nodeagent.fence.decision import evacuation_asked, preempts
+from nodeagent.fence.others import Others, other_handler, standing_aside
 from nodeagent.fence.refence import Refences
 from nodeagent.kube.client import JSON, Kube
 from nodeagent.kube.watch import Reflector
@@ -70,6 +71,7 @@ class Departure:
         self._announced: Signal | None = None  # the shutdown signal not yet cancelled
         self._node: JSON | None = None  # the latest own Node observed
         self._node_queued = False
+        self._handler_said: str | None = None  # the handler line last logged
         # Called with a warning once the node is drained for it (Azure's approval).
         self.warning_drained: Callable[[Notice], None] = lambda _notice: None
         self._apply = Applier(
@@ -131,6 +133,11 @@ class Departure:
             self._node = node
             if self.state.deleted and self.state.deleted != node["metadata"].get("uid"):
                 self.state.deleted = ""
+            self.state.handler_seen = self.state.handler_seen or Others.of(node).handler
+            handler = other_handler(self.cfg.warnings.other_handler, self.state.handler_seen)
+            said, self._handler_said = self._handler_said, handler
+        if handler != said:
+            log.info("%s", standing_aside(handler))
         self.warnings.report(node)
         written = self._apply.refence(node)
         if written is not None:
@@ -152,6 +159,7 @@ class Departure:
             self.state.refences = Refences()
             self.executor.refences = self.state.refences
             self.state.deleted = meta.get("uid", "")
+            self.state.handler_seen = ""  # memory of that object
         doing = f"stopping the {running.reason} drain" if running else "no drain was running"
         log.warning(
             "node %s (uid %s) was deleted from the API; %s; waiting for the kubelet to "

@@ -84,6 +84,9 @@ class Observed:
     may_taint: bool = True
     # The other actors on the Node (fence/others.py): another drainer, another handler.
     others: Others = field(default_factory=Others)
+    # Another handler of the cloud's notices acts here (fence/others.other_handler): the
+    # warnings stand aside, but for the one the agent already fences for (it converges).
+    handler: str = ""
 
     @property
     def acting(self) -> Warned | None:
@@ -92,6 +95,8 @@ class Observed:
         are told apart here and nowhere else."""
         for w in (self.warning, *self.also_acting):
             if w and not is_departed(w.notice, self.fence, self.boot_id, self.warning_departed):
+                if self.handler and w.notice.event_id != self.fence.warning_id:
+                    continue  # another handler acts on it
                 return w
         return None
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nodeagent.kube.client import JSON
+from nodeagent.types import Handler
 
 AUTOSCALER_TAINT = "ToBeDeletedByClusterAutoscaler"
 KARPENTER_FINALIZER = "karpenter.sh/termination"
@@ -116,3 +117,24 @@ class Others:
     def handler(self) -> str:
         """Another handler of the cloud's interruption notices on this node, or ""."""
         return self.nth or self.aks_remediator
+
+
+def other_handler(configured: Handler, seen: str) -> str:
+    """Which other handler of the cloud's notices acts here, with its evidence, or "":
+    the configuration's, else (`auto`) what it was seen writing on this Node (`seen`,
+    Others.handler, kept since start); never guessed."""
+    if configured is Handler.NONE:
+        return ""
+    if configured is Handler.AUTO:
+        return seen
+    return f"{configured} (configuration [warnings] other_handler)"
+
+
+def standing_aside(handler: str) -> str:
+    """The startup line and `nodeagent status`'s, for `handler` ("" when none)."""
+    if not handler:
+        return "cloud warnings: nodeagent handles them (no other handler seen)"
+    return (
+        f"cloud warnings: {handler} handles them here; nodeagent stands aside (the "
+        "OS-shutdown path stays on)"
+    )
