@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from hack import kubeutil as ku
-from hack.actors import api, cluster_autoscaler
+from hack.actors import api, cluster_autoscaler, nth
 from nodeagent.config import Config
 from nodeagent.departure import budget
 from nodeagent.departure.executor import AutoscalerHold
@@ -21,7 +21,7 @@ from nodeagent.departure.worker import Departure
 from nodeagent.fence import marker
 from nodeagent.fence.others import DELAY_DELETION
 from nodeagent.kube.client import JSON, Kube
-from nodeagent.types import Reason
+from nodeagent.types import Cloud, Notice, Reason, WarningKind
 from tests.test_departure import running_departure
 from tests.test_evacuate import Node, node
 from tests.test_fence_actors import SLOW, has_our_taint
@@ -117,3 +117,29 @@ def test_the_autoscalers_deletion_is_held_by_one_annotation_of_the_agents(
     assert DELAY_DELETION not in node.obj()["metadata"]["annotations"]
     AutoscalerHold(kube, node.name, "").hold("x")  # not removing the node: nothing written
     assert DELAY_DELETION not in node.obj()["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize("nth_acts", [False, True], ids=["alone", "beside NTH"])
+def test_a_spot_notice_stands_aside_where_nth_acts(
+    node: Node, worker: Departure, nth_acts: bool
+) -> None:
+    """The same Spot notice: alone the agent drains for it; where aws-node-termination-
+    handler's marks are on the Node (its event-id label, as its scheduled event writes it)
+    the warning stands aside: no cordon, no drain, no taint (the shutdown path stays on)."""
+    ku.deployment(node.kube, node.ns, "web", node.group, 1)
+    ku.wait_running(node.kube, node.name, 1)
+    ku.open_node(node.kube, node.spare)
+    if nth_acts:
+        handler = nth.NodeTerminationHandler(node.kube, node.name)
+        handler.add_label(nth.EVENT_ID, "ev-1", skip_existing=False)
+    worker.observe(node.obj())
+    now = time.time()
+    spot = Notice(Cloud.AWS, WarningKind.INTERRUPTION, "spot-1", "spot terminate", now + 120, now)
+    worker.warned((spot,))
+    if nth_acts:
+        time.sleep(3)
+        assert not node.cordoned() and not has_our_taint(node.obj())
+        assert len(node.workload_pods()) == 1
+    else:
+        ku.wait_until(lambda: not node.workload_pods(), 20, "the warning's drain")
+        assert node.cordoned() and has_our_taint(node.obj())

@@ -147,6 +147,12 @@ ROWS: list[tuple[str, Observed, Step, bool]] = [
         False,
     ),
     (
+        "D3 their taint in evacuate.taints: the operator asked the agent to drain ahead",
+        seen(Occasion.NODE, THEIR_CORDON, others=CA_SEEN, taint="ToBeDeletedByClusterAutoscaler"),
+        Step.DRAIN,
+        False,
+    ),
+    (
         "D3 already fenced beside it: nothing more",
         seen(Occasion.NODE, RECORDED, others=CA_SEEN, **EVAC),
         Step.NOTHING,

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from nodeagent.config import EvacuateConfig
 from nodeagent.fence import marker
 from nodeagent.fence.marker import NodeFence
-from nodeagent.fence.others import Others
+from nodeagent.fence.others import DRAINER_TAINTS, Others
 from nodeagent.fence.refence import Refence, missing
 from nodeagent.fence.warning import Warned, is_departed
 from nodeagent.kube.client import JSON
@@ -303,8 +303,8 @@ def _beside_drainer(o: Observed, decision: Decision) -> Decision:
     it: fence only (the cordon and the agent's taint; theirs stay theirs), never a second
     drain. Once fenced for that reason, nothing more; their drain gone, the drain follows."""
     drainer = o.others.drainer
-    if decision.step is not Step.DRAIN or not drainer:
-        return decision
+    if decision.step is not Step.DRAIN or not drainer or o.taint in DRAINER_TAINTS:
+        return decision  # (their taint configured as an evacuate taint: drain ahead of them)
     fence = o.fence
     fenced = fence.reason == decision.reason and (fence.cordoned_by_agent or fence.recorded)
     if fenced and (fence.tainted or not o.may_taint):

@@ -34,6 +34,9 @@ NTH = "aws-node-termination-handler"
 NTH_PREFIX = NTH + "/"
 AKS_REMEDIATOR = "remediator.kubernetes.azure.com/unschedulable"
 LB_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
+# Their taints an operator may list in `[evacuate] taints` to have the agent drain ahead of
+# them: then its drain is asked for, not a second one.
+DRAINER_TAINTS = (AUTOSCALER_TAINT, KARPENTER_REBOOTING, KARPENTER_DISRUPTED)
 # The annotation that holds the autoscaler's deletion while the agent waits for volumes
 # (core/scaledown/actuation/delete_in_batch.go: any key with this prefix, up to
 # --node-deletion-delay-timeout).
