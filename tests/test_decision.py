@@ -193,6 +193,16 @@ ROWS: list[tuple[str, Observed, tuple[object, ...]]] = [
         (Step.REFENCE, None, frozenset(), frozenset(), ""),
     ),
     (
+        "evacuation drained, uncordoned again and again (contested): no second drain",
+        seen(
+            Occasion.NODE,
+            replace(ours("evacuate", "drained"), unschedulable=False),
+            taint=TAINT,
+            contested=True,
+        ),
+        NOTHING,
+    ),
+    (
         "evacuation forced is finished too",
         seen(Occasion.NODE, ours("evacuate", "forced"), taint=TAINT),
         NOTHING,

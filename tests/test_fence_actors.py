@@ -179,3 +179,23 @@ def test_a_pod_bound_after_the_drain_began_is_drained_too(node: Node) -> None:
     ku.wait_until(lambda: node.condition().get("reason") == "Drained", 30, "Drained")
     assert not ku.exists(node.kube, f"{pods_path(node.ns)}/late")
     ku.wait_until(lambda: "bound after it began" in agent.output(), 5, "the late count")
+
+
+def test_a_writer_that_keeps_uncordoning_is_left_the_cordon_and_the_taint_holds(
+    node: Node,
+) -> None:
+    """F7: the cordon put back three times within five minutes in one departure, then
+    `RefenceContested` once; from there the taint alone holds the fence."""
+    workloads(node)
+    node.agent()
+    node.taint()
+    ku.wait_until(lambda: node.condition().get("reason") == "Drained", 30, "Drained")
+    person = kubectl.Kubectl(node.kube)
+    for _ in range(3):
+        assert person.uncordon(node.name)
+        wait_fenced(node, 5)
+    ku.wait_until(lambda: "RefenceContested" in node.event_reasons(), 10, "RefenceContested")
+    assert person.uncordon(node.name)
+    time.sleep(2)
+    assert not node.cordoned() and has_our_taint(node.obj())
+    assert node.event_reasons().count("RefenceContested") == 1

@@ -361,7 +361,7 @@ def _fence_step(o: Observed) -> Decision:
             event="Cordoned by nodeagent (evacuate taint)",
             why=f"taint {o.taint}, policy NoSchedule",
         )
-    if fence.unschedulable and fence.reason == Reason.EVACUATE and fence.result in FINISHED:
+    if _fenced(fence) and fence.reason == Reason.EVACUATE and fence.result in FINISHED:
         return NOTHING  # drained under its cordon, the agent's or a person's
     if o.retry_pending:
         return NOTHING  # the last drain hit its deadline; the retry comes back to it
@@ -381,7 +381,7 @@ def _warned(o: Observed, warned: Warned) -> Decision:
         if fence.cordoned_by_other or (fence.unschedulable and ours):
             return NOTHING
         return _warning_cordon(notice, f"{notice.describe()}: policy cordon")
-    if fence.unschedulable and ours and fence.result in FINISHED:
+    if _fenced(fence) and ours and fence.result in FINISHED:
         return NOTHING  # drained for this very warning
     if o.retry_pending:
         return NOTHING  # the last drain hit its deadline; the retry comes back to it
@@ -392,6 +392,12 @@ def _warned(o: Observed, warned: Warned) -> Decision:
         warning=notice,
         why=f"{notice.describe()}: policy drain",
     )
+
+
+def _fenced(fence: NodeFence) -> bool:
+    """The departure's fence stands: its cordon, or the agent's own marker with its taint
+    where someone keeps lifting the cordon (a drain done is not done again for that)."""
+    return fence.unschedulable or (fence.marked and fence.tainted)
 
 
 def _warning_cordon(notice: Notice, why: str) -> Decision:
