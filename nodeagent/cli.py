@@ -156,7 +156,7 @@ def drain(reason: str, dry_run: bool, **params: Any) -> None:
     from nodeagent.kube.credentials import connect
     from nodeagent.report.events import EventRecorder
 
-    kube, _ = connect(cfg)
+    kube, who = connect(cfg)
     options = DrainOptions(
         reason=reason,
         deadline=cfg.drain.deadline,
@@ -182,7 +182,8 @@ def drain(reason: str, dry_run: bool, **params: Any) -> None:
         started = process_age()  # up to the drain's first request
         if started is not None:
             drain.result.phases.add(Phase.STARTUP, started)
-        result = cordon_then_drain(drain, detaching=detaching)
+        # The kubelet's identity may not change its Node's taints (NodeRestriction).
+        result = cordon_then_drain(drain, detaching=detaching, taint=not who.is_kubelet)
         with result.phases.timed(Phase.EVENTS):
             events.flush()
     from nodeagent.drain.summary import render
@@ -236,7 +237,7 @@ def status(output: str, **params: Any) -> None:
     from nodeagent.kube.credentials import connect
 
     kube, _ = connect(cfg)
-    report = gather(kube, cfg.node_name)
+    report = gather(kube, cfg.node_name, cfg.warnings.other_handler)
     if output == "json":
         click.echo(json.dumps(report.as_json(), indent=2))
     else:

@@ -27,6 +27,7 @@ from nodeagent.types import (
     Cloud,
     EvacuatePolicy,
     FinishedPods,
+    Handler,
     Policy,
     Reason,
     WarningKind,
@@ -82,6 +83,7 @@ POLICY: dict[str, Any] = {"enum": Policy}
 EVACUATE_POLICY: dict[str, Any] = {"enum": EvacuatePolicy}
 FINISHED_PODS: dict[str, Any] = {"enum": FinishedPods}
 CLOUD: dict[str, Any] = {"enum": Cloud}
+HANDLER: dict[str, Any] = {"enum": Handler}
 
 
 def _enums(obj: Any) -> None:
@@ -183,6 +185,10 @@ class WarningsConfig:
     rebalance_lifetime: float = duration("30m", minimum="1s")
     # The metadata endpoint's base URL; default the cloud's own link-local address.
     metadata_url: str = field(default="", metadata={"check": "url"})
+    # Another handler of the same notices (its own drain, its uncordon on cancel): the
+    # warnings then stand aside, the OS-shutdown path stays on. `auto`: where it writes
+    # its marks on this Node (aws-node-termination-handler, AKS's remediator).
+    other_handler: Handler = field(default=Handler.AUTO, metadata=HANDLER)
 
     def __post_init__(self) -> None:
         _enums(self)

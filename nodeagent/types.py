@@ -99,6 +99,17 @@ class FinishedPods(StrEnum):
 # -- the cloud's early warnings ---------------------------------------------------------------
 
 
+class Handler(StrEnum):
+    """Another handler of the cloud's interruption notices on this node
+    (``[warnings] other_handler``): nodeagent's warnings stand aside where one acts."""
+
+    AUTO = "auto"  # told by what it writes on this Node (nodeagent/fence/others.py)
+    NONE = "none"  # nodeagent alone handles them
+    NTH = "aws-node-termination-handler"
+    KARPENTER = "karpenter"  # its interruption queue
+    AKS = "aks"  # AKS's node auto-drain
+
+
 class Cloud(StrEnum):
     """Where the node runs, as far as its early warnings go (``[warnings] cloud``)."""
 
@@ -169,6 +180,8 @@ class Step(Enum):
     DRAIN = "drain"
     UNCORDON = "uncordon"
     FORGET = "forget"  # clear the Node's note of a departed warning the endpoint dropped
+    REFENCE = "refence"  # put back what someone else undid of the agent's fence
+    UNTAINT = "untaint"  # a shutdown's departure is over: its taint goes, the cordon stays
 
 
 class DrainOutcome(StrEnum):
@@ -214,7 +227,7 @@ class Milestone(Enum):
     UNCORDONED = "uncordoned"  # reason
     DRAIN_STARTED = "drain-started"  # reason, pods
     EVICTED = "evicted"  # reason, pod
-    DRAIN_FINISHED = "drain-finished"  # reason, outcome, seconds
+    DRAIN_FINISHED = "drain-finished"  # reason, outcome, seconds, late
     LOCK_RELEASED = "lock-released"  # generation
 
     @property

@@ -216,3 +216,17 @@ def test_schema_file_is_json() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert set(values) <= set(schema["properties"])
+
+
+@pytest.mark.parametrize("values", [[], NON_DEFAULT, KUBELET])
+def test_the_pod_stays_through_the_autoscalers_drain_and_tolerates_every_taint(
+    values: list[str],
+) -> None:
+    """The Cluster Autoscaler evicts DaemonSet pods unless they opt out; Karpenter neither
+    waits for nor evicts a pod tolerating its taint; the agent's own taint and the others'
+    must not keep the agent off a node being drained."""
+    (ds,) = [o for o in objects(render("r", "ns", values)) if o["kind"] == "DaemonSet"]
+    template = ds["spec"]["template"]
+    annotations = template["metadata"]["annotations"]
+    assert annotations["cluster-autoscaler.kubernetes.io/enable-ds-eviction"] == "false"
+    assert {"operator": "Exists"} in template["spec"]["tolerations"]

@@ -37,11 +37,16 @@ def blocked_node(cluster: Any, kube: Kube) -> str:
 def worker(kube: Kube, blocked_node: str) -> Iterator[Departure]:
     cfg = Config(node=blocked_node)
     cfg.drain.deadline = 60
+    yield from running_departure(cfg, kube)
+
+
+def running_departure(cfg: Config, kube: Kube) -> Iterator[Departure]:
+    """The departure's worker for `cfg`'s node, its loop running until the test ends."""
     departure = Departure(
         cfg,
         kube,
-        EventRecorder(kube, blocked_node),
-        ConditionWriter(kube, blocked_node),
+        EventRecorder(kube, cfg.node_name),
+        ConditionWriter(kube, cfg.node_name),
         lambda _text: None,
         lambda *_fields: None,
     )

@@ -23,6 +23,7 @@ from nodeagent.drain.eviction import capped_grace
 from nodeagent.drain.phases import Phase
 from nodeagent.drain.summary import render
 from nodeagent.fence.marker import (
+    AGENT,
     BOOT_ID,
     CORDONED_BY,
     DRAIN_REASON,
@@ -604,7 +605,7 @@ def test_the_node_leaves_load_balancers_with_the_cordon_and_returns_with_the_unc
     kube = pair.kube
     assert pair.drain(deadline=10).outcome == "drained"
     node = ku.node(kube, pair.a)
-    assert node["metadata"]["labels"].get(EXCLUDE_LB_LABEL) == "true"
+    assert node["metadata"]["labels"].get(EXCLUDE_LB_LABEL) == AGENT
     assert node["metadata"]["annotations"].get(EXCLUDED_LB) == "true"
 
     assert agent(pair, "uncordon", kubeconfig=admin_kubeconfig).returncode == 0

@@ -129,6 +129,9 @@ MARKER_WRITES = {
     "record_result",
     "record_boot",
     "forget_departed",
+    "refence",
+    "untaint",
+    "hold_deletion",
 }
 # The daemon's one writer (docs/architecture.md, "Who owns the node's fence"), and the CLI's
 # `nodeagent uncordon`, a person's own command in a process of its own.

@@ -723,7 +723,7 @@ def test_rebalance_cordon_on_a_real_node_ends_with_its_lifetime(env: Env) -> Non
         assert annotations[marker.WARNING_ID] == "rebalance"
         assert marker.WARNING_DEADLINE not in annotations  # a recommendation states no time
         assert marker.DRAIN_RESULT not in annotations  # cordon only: nothing drained
-        assert fenced["metadata"]["labels"][marker.EXCLUDE_LB_LABEL] == "true"
+        assert fenced["metadata"]["labels"][marker.EXCLUDE_LB_LABEL] == marker.AGENT
         assert serving(env, node) == uids(pods)
 
         wait_for(lambda: not cordoned(env.kube, node.name), lifetime + 30, "the cordon's end")

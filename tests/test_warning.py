@@ -337,7 +337,9 @@ PERSON = NodeFence(True, False, "", "", "", "")
 
 
 def fence(reason: str, result: str = "", warning_id: str = "") -> NodeFence:
-    return NodeFence(True, True, reason, "t1", "boot-2", result, warning_id=warning_id)
+    return NodeFence(
+        True, True, reason, "t1", "boot-2", result, warning_id=warning_id, tainted=True
+    )
 
 
 def seen(occasion: Occasion = Occasion.NODE, f: NodeFence = FREE, **kw: object) -> Observed:
@@ -391,7 +393,7 @@ REPORT = Warned(REBAL, Policy.NONE)
         ),
         # Another reason's fence is never undone by a warning's end.
         (seen(f=fence("evacuate", "drained"), taint="t"), (Step.NOTHING, None)),
-        (seen(f=fence("poweroff", "drained")), (Step.NOTHING, None)),
+        (seen(f=replace(fence("poweroff", "drained"), tainted=False)), (Step.NOTHING, None)),
         # A shutdown owns the node whatever the cloud says.
         (seen(warning=DRAIN, shutdown=Reason.POWEROFF), (Step.NOTHING, None)),
         # A shutdown called off while the warning holds: the warning's cordon.
@@ -425,7 +427,8 @@ REBOOTED = Warned(STARTED, Policy.DRAIN)
 def carried(
     reason: str, boot: str = "boot-1", result: str = "drained", *, n: Notice = STARTED
 ) -> NodeFence:
-    """The agent's marker for `reason` carrying the warning `n` (a shutdown keeps it)."""
+    """The agent's marker for `reason` carrying the warning `n` (a shutdown keeps it), as
+    the agent sees it after start: a shutdown's taint went at once (Step.UNTAINT)."""
     what = f"{n.cloud} {n.kind}"
     return NodeFence(True, True, reason, "t1", boot, result, warning_id=n.event_id, warning=what)
 

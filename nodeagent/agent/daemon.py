@@ -39,6 +39,12 @@ from nodeagent.report.readiness import Readiness
 
 log = logging.getLogger(__name__)
 
+TAINT_OFF = (
+    "the kubelet's identity may not change its Node's taints (NodeRestriction): the fence is "
+    "the cordon alone, put back from the watch when someone lifts it (a dedicated identity "
+    "adds the taint nodeagent.io/departing, which no other tool lifts)"
+)
+
 WATCHDOG_INTERVAL = 5.0
 # The longest a metadata read may take (Azure's first answer, 30 s), plus slack.
 LONGEST_METADATA_READ = 45.0
@@ -74,7 +80,14 @@ class Agent:
             on_restart=lambda _why: metrics.WATCH_RESTARTS.labels("pods").inc(),
         )
         self.departure = Departure(
-            cfg, kube, self.events, self.report, self.notify.status, self.notify.send, self.pods
+            cfg,
+            kube,
+            self.events,
+            self.report,
+            self.notify.status,
+            self.notify.send,
+            self.pods,
+            may_taint=identity is None or not identity.is_kubelet,
         )
         self.lockholder = LogindLockHolder(
             cfg.drain.deadline,
@@ -182,6 +195,7 @@ class Agent:
         ]
         if self.identity is not None and self.identity.is_kubelet:
             loops.append(Loop("rights", self._check_rights, READ_TIMEOUT * 10))
+            log.info("%s", TAINT_OFF)
         if self.cfg.shutdown.use_logind:
             loops.append(Loop("logind", self._hold_logind_lock))
         if self.cfg.rejection.enabled:
@@ -210,9 +224,18 @@ class Agent:
         """Mirror the agent's own Node; every change goes to the departure and reporter."""
         loop = self._loop("node")
 
-        def changed(_kind: str, node: JSON) -> None:
+        def changed(kind: str, node: JSON) -> None:
+            if kind == "DELETED":
+                self.report.gone(node["metadata"].get("uid", ""))
+                self.departure.node_deleted(node)
+                return
+            again = self.report.waiting_for_node
             self.mirror.set(node)
-            self.report.observe(node)
+            self.report.observe(node)  # registered again: its conditions written at once
+            if again:
+                uid = node["metadata"].get("uid", "?")
+                log.info("node %s registered again (uid %s)", self.node_name, uid)
+                self.report.set(self.readiness.condition)
             self.departure.observe(node)
 
         watch = Reflector(

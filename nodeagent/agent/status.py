@@ -12,9 +12,11 @@ from typing import Any
 
 from nodeagent.drain import podfilter
 from nodeagent.fence import marker as fence
+from nodeagent.fence.others import Others, other_handler, standing_aside
 from nodeagent.kube.client import JSON, ApiError, Kube
 from nodeagent.kube.identity import PDB_READER
 from nodeagent.report import conditions
+from nodeagent.types import Handler
 
 PDB_READER_HINT = f"{PDB_READER} lets nodes read them"
 
@@ -38,12 +40,15 @@ class NodeStatus:
     pods_left: list[PodLeft]
     warnings: list[str] = field(default_factory=list)
     pdbs_readable: bool = True
+    # Another handler of the cloud's notices, with its evidence ("" when none).
+    other_handler: str = ""
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def gather(kube: Kube, node_name: str) -> NodeStatus:
+def gather(kube: Kube, node_name: str, handler: Handler = Handler.AUTO) -> NodeStatus:
+    """The node's state as the API has it; `handler`: [warnings] other_handler."""
     node = fence.get_node(kube, node_name)
     state = fence.NodeFence.of(node)
     ann = node["metadata"].get("annotations") or {}
@@ -66,6 +71,7 @@ def gather(kube: Kube, node_name: str) -> NodeStatus:
         pods_left=[_pod_left(p, pdbs) for p in left],
         warnings=warnings(node),
         pdbs_readable=pdbs_readable,
+        other_handler=other_handler(handler, Others.of(node).handler),
     )
 
 
@@ -171,6 +177,7 @@ def render(status: NodeStatus) -> str:
             f" ({cond.get('message', '')}) since {cond.get('lastTransitionTime', '?')}"
         )
     lines += [f"Warning:    {w}" for w in status.warnings]
+    lines.append(f"Handler:    {standing_aside(status.other_handler)}")
     age = status.heartbeat_age_seconds
     lines.append(f"Heartbeat:  {f'{age:.0f}s ago' if age is not None else 'never'}")
     lines.append(f"Pods left to drain: {len(status.pods_left)}")

@@ -23,12 +23,14 @@ from nodeagent.departure.warnings import CloudWarnings
 from nodeagent.drain.engine import DrainResult
 from nodeagent.fence import marker
 from nodeagent.fence.decision import Decision, Observed, decide
+from nodeagent.fence.others import Others, other_handler
 from nodeagent.kube.client import JSON, Kube, KubeError
 from nodeagent.types import FINISHED, Notice, Occasion, Policy, Reason, Step
 
 log = logging.getLogger(__name__)
 
 RETRY_BLOCKED = 30.0  # seconds between drains of a node whose evacuation hit its deadline
+REFENCE_BUDGET = 10.0  # seconds for putting the fence back (one write)
 CANCEL_BUDGET = 60.0  # undoing the fence after a cancel (nothing is going down then)
 
 Redecide = Callable[[JSON], Decision]  # the decision again, on the Node read anew
@@ -100,6 +102,7 @@ class Applier:
             return
         if result is not None:
             self.status(f"drain for {reason}: {result.outcome} in {result.seconds:.1f}s")
+            self._after_deletion(reason, result)
 
     def cancelled(self, signal: Signal, ctx: Context) -> bool:
         """Undo a called-off shutdown's fence; False when a newer shutdown decides."""
@@ -145,6 +148,7 @@ class Applier:
         result = self._apply(decision, ctx.child(), node, budget=budget, redecide=redecide)
         if result is None:
             return
+        self._after_deletion(decision.reason or Reason.UNKNOWN, result)
         if result.blocked:  # the deadline passed, or pods are held or stuck
             self.state.retry_at = time.monotonic() + RETRY_BLOCKED
         elif decision.warning is not None and result.outcome in FINISHED:
@@ -152,6 +156,40 @@ class Applier:
                 self.drained(decision.warning)
             except Exception as exc:  # the cloud's side; the drain stands either way
                 log.warning("after the drain for %s: %s", decision.warning.describe(), exc)
+
+    def _after_deletion(self, reason: Reason, result: DrainResult) -> None:
+        """A drain stopped because its Node was deleted: its result, said once."""
+        with self.state.lock:
+            deleted = self.state.deleted
+        if not deleted:
+            return
+        pods = self.executor.pods
+        bound = len(pods.snapshot()) if pods is not None else 0
+        log.warning(
+            "drain for %s ended: the node was deleted; %d evicted in %.1fs, %d pod(s) still "
+            "bound to the deleted name (PodGC removes them)",
+            reason,
+            len(result.evicted) + len(result.deleted_for_kubelet),
+            result.seconds,
+            bound,
+        )
+
+    def refence(self, node: JSON) -> JSON | None:
+        """On the watch's thread, as the change arrives, even while a drain runs on the
+        worker's: put back what someone else undid of the fence (decision REFENCE). The
+        Node as written, or None when nothing was to be put back or the write did not
+        land (a 409: a newer Node follows in the watch and is decided on)."""
+        decision = decide(self.observed(Occasion.NODE, node))
+        if decision.step is not Step.REFENCE:
+            return None
+        kube = self.kube.bounded(time.monotonic() + REFENCE_BUDGET)
+        try:
+            return self.executor.refence(kube, decision, node)
+        except marker.NodeChanged:
+            return None
+        except KubeError as exc:
+            log.warning("could not put the fence back (%s): %s", decision.why, exc)
+            return None
 
     def observed(
         self,
@@ -185,6 +223,12 @@ class Applier:
             warnings_known=heard.known,
             warning_ids=heard.ids,
             warning_departed=marker.departed_note(node),
+            may_taint=self.executor.may_taint,
+            others=Others.of(node),
+            handler=other_handler(self.cfg.warnings.other_handler, self.state.handler_seen),
+            contested=self.state.refences.contested(
+                marker.NodeFence.of(node).started_at, time.monotonic()
+            ),
         )
 
     def _apply(

@@ -13,24 +13,27 @@ import logging
 import math
 import time
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
 from nodeagent import metrics
 from nodeagent.config import Config
 from nodeagent.context import Context
-from nodeagent.drain import detach
+from nodeagent.drain import detach, podfilter
 from nodeagent.drain.engine import Drain, DrainOptions, DrainResult
 from nodeagent.drain.phases import Phase
 from nodeagent.fence import marker
 from nodeagent.fence.decision import Decision
+from nodeagent.fence.others import Others
+from nodeagent.fence.refence import CONTESTED_AFTER, Refences, last_writer
 from nodeagent.fence.warning import marker_notes
-from nodeagent.kube.client import JSON, Kube, KubeError
+from nodeagent.kube.client import JSON, ApiError, Kube, KubeError
 from nodeagent.kube.watch import Reflector
 from nodeagent.report import conditions
 from nodeagent.report.conditions import ConditionWriter
 from nodeagent.report.events import WARNING, EventRecorder
-from nodeagent.types import DrainOutcome, Milestone, Reason, Step, milestone
+from nodeagent.types import DrainOutcome, FinishedPods, Milestone, Reason, Step, milestone
 
 if TYPE_CHECKING:
     # Only the daemon hands a budget in; `nodeagent drain` keeps logind's modules unloaded.
@@ -38,6 +41,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# The API server names the agent's writes after its User-Agent (kube/transport.py).
+FIELD_MANAGER = "nodeagent"
+OTHER_DRAIN_RESERVE = 10.0  # seconds kept, at least, to drain what another drainer left
 NODE_CHANGED_RETRIES = 3  # reads of a Node that keeps changing under a cordon, then give up
 # Outcomes that say nothing about the node: no drain result is recorded for them.
 UNRECORDED = (DrainOutcome.CANCELLED, DrainOutcome.DRY_RUN)
@@ -92,13 +98,17 @@ def cordon_then_drain(
     cordoned: Callable[[], None] = lambda: None,
     detaching: Callable[[Sequence[str]], None] | None = None,
     notes: marker.Notes | None = None,
+    taint: bool = True,
+    settle: Callable[[Drain], None] | None = None,
 ) -> DrainResult:
     """Cordon with the marker, then drain, in the drain's time: the cordon waits for the
     drain's pod watch to list (a drain that cannot list changes nothing), and the drain
     plans from the pods the watch shows once the cordon is answered. `keep`: the agent's
     markers of this boot left as they are; `cordoned` is called once the cordon stands.
     Then, still inside the drain's deadline, wait_for_detach; `detaching` hears the
-    volumes it still waits for. `notes`: marker keys written with the cordon (a warning's).
+    volumes it still waits for. `notes`: marker keys written with the cordon (a warning's);
+    `taint`: the agent's taint goes on with it (marker.cordon). `settle`: called once the
+    cordon stands, before the plan (another actor's drain waited for).
 
     `node` is the Node the caller decided on: when it changed since (the cordon's
     resourceVersion precondition), marker.NodeChanged is raised, for the caller to read
@@ -117,23 +127,69 @@ def cordon_then_drain(
         if drain.cancelled:
             return drain.evict(node, cordoned=False)
         with phases.timed(Phase.CORDON):
+            how = Fencing(keep, notes, taint)
             if decided:
-                fenced = _cordon_for_drain(drain, kube, node, keep, notes)
+                fenced = _cordon_for_drain(drain, kube, node, how)
             else:
-                node, fenced = _cordon_read_again(drain, kube, node, keep, notes)
+                node, fenced = _cordon_read_again(drain, kube, node, how)
         cordoned()
+        if settle is not None:
+            settle(drain)
         before = drain.watched_pods()  # what the drain plans from: their volumes
         result = drain.evict(node, fenced is Fenced.CORDONED)
         if fenced is not Fenced.KEPT and result.outcome not in UNRECORDED:
             with phases.timed(Phase.RESULT):
                 try:
-                    marker.record_result(kube, drain.node_name, result.outcome)
+                    uid = node["metadata"].get("uid", "")
+                    marker.record_result(kube, drain.node_name, result.outcome, uid)
+                except ApiError as exc:
+                    if exc.status not in (404, 409):  # the Node deleted: said once (worker)
+                        log.warning("could not record drain result: %s", exc)
                 except KubeError as exc:
                     log.warning("could not record drain result: %s", exc)
     if result.outcome not in UNRECORDED:
         with phases.timed(Phase.DETACH):
             result.detach = wait_for_detach(drain, node, before, ctx, detaching)
     return result
+
+
+def to_move(pods: Sequence[JSON], finished: FinishedPods) -> list[JSON]:
+    """The pods a drain would still have to move: not left alone by the drain's filter
+    (DaemonSet, mirror, finished); those terminating already count until they are gone."""
+    return [p for p in pods if podfilter.skip_reason(p, finished) is None]
+
+
+def other_drain_until(start: float, deadline: float) -> float:
+    """Until when a shutdown waits for another actor's drain: its deadline less a reserve
+    for draining what is left (half the budget, at least OTHER_DRAIN_RESERVE seconds)."""
+    return deadline - max(OTHER_DRAIN_RESERVE, (deadline - start) / 2)
+
+
+def wait_for_other_drain(drain: Drain, who: str, reason: Reason) -> None:
+    """At a shutdown, another actor drains the node (`who`): evict nothing while its drain
+    goes on, until no pod the agent would move is bound (those it evicted gone too) or the
+    reserve for finishing comes; the drain then moves what is left (often nothing: a pod
+    still terminating is asked again, which changes nothing). logind's lock is held."""
+    now = time.monotonic()
+    until = other_drain_until(now, drain.deadline)
+    finished = drain.opts.finished_pods
+    left = to_move(drain.watched_pods(), finished)
+    if not left or until <= now:
+        return
+    log.info(
+        "%s: %s is draining this node (%d pod(s) to go); waiting %.0fs at most, then "
+        "draining what is left",
+        reason,
+        who,
+        len(left),
+        until - now,
+    )
+    drain.wait_pods(lambda pods: drain.cancelled or not to_move(pods, finished), until)
+    left = to_move(drain.watched_pods(), finished)
+    if not left:
+        log.info("%s: %s drained the node in %.1fs", reason, who, time.monotonic() - now)
+    else:
+        log.info("%s: %d pod(s) left after %s's drain; draining them", reason, len(left), who)
 
 
 def wait_for_detach(
@@ -166,23 +222,30 @@ def wait_for_detach(
     return waited
 
 
-def _cordon_read_again(
-    drain: Drain, kube: Kube, node: JSON, keep: Collection[str], notes: marker.Notes | None
-) -> tuple[JSON, Fenced]:
+@dataclass(frozen=True)
+class Fencing:
+    """What a drain's cordon writes beside its reason: the agent's markers of this boot
+    left as they are (`keep`), the warning's marker keys (`notes`), and whether the agent's
+    taint goes on with it (`taint`, marker.cordon)."""
+
+    keep: Collection[str] = ()
+    notes: marker.Notes | None = None
+    taint: bool = True
+
+
+def _cordon_read_again(drain: Drain, kube: Kube, node: JSON, how: Fencing) -> tuple[JSON, Fenced]:
     """Cordon `node`, read again while it changes under the write (nothing to decide)."""
     for _ in range(NODE_CHANGED_RETRIES):
         try:
-            return node, _cordon_for_drain(drain, kube, node, keep, notes)
+            return node, _cordon_for_drain(drain, kube, node, how)
         except marker.NodeChanged:
             node = marker.get_node(kube, drain.node_name)
-    return node, _cordon_for_drain(drain, kube, node, keep, notes)
+    return node, _cordon_for_drain(drain, kube, node, how)
 
 
-def _cordon_for_drain(
-    drain: Drain, kube: Kube, node: JSON, keep: Collection[str], notes: marker.Notes | None
-) -> Fenced:
+def _cordon_for_drain(drain: Drain, kube: Kube, node: JSON, how: Fencing) -> Fenced:
     reason = drain.opts.reason
-    if marker.cordon(kube, node, reason, keep, notes):
+    if marker.cordon(kube, node, reason, how.keep, how.notes, taint=how.taint):
         cordoned(reason)
         drain.progress(f"cordoned node {drain.node_name} (reason {reason})")
         if drain.events:
@@ -190,9 +253,39 @@ def _cordon_for_drain(
         return Fenced.CORDONED
     if not marker.NodeFence.of(node).cordoned_by_other:
         return Fenced.KEPT
-    marker.record_drain(kube, node, reason, notes)
+    marker.record_drain(kube, node, reason, how.notes, taint=how.taint)
     drain.progress(f"node {drain.node_name} was already cordoned by someone else")
     return Fenced.RECORDED
+
+
+class AutoscalerHold:
+    """While the drain waits for its volumes to detach on a node the Cluster Autoscaler is
+    removing (`who`, its taint), its delay-deletion annotation holds the VM's deletion
+    (the autoscaler waits while any is there, up to --node-deletion-delay-timeout); it goes
+    when the wait ends, however it ends."""
+
+    def __init__(self, kube: Kube, name: str, who: str) -> None:
+        self.kube, self.name, self.who = kube, name, who
+        self.held = False
+
+    def hold(self, why: str) -> None:
+        if not self.who or self.held:
+            return
+        try:
+            marker.hold_deletion(self.kube, self.name, why)
+            self.held = True
+            log.info("holding %s's deletion while %s", self.who, why)
+        except KubeError as exc:
+            log.warning("could not hold the autoscaler's deletion: %s", exc)
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        try:
+            marker.hold_deletion(self.kube, self.name, None)
+            self.held = False
+        except KubeError as exc:
+            log.warning("could not release the autoscaler's deletion: %s", exc)
 
 
 class FenceExecutor:
@@ -206,13 +299,19 @@ class FenceExecutor:
         report: ConditionWriter,
         progress: Callable[[Reason, str], None],
         pods: Reflector | None = None,
+        refences: Refences | None = None,
+        may_taint: bool = True,
     ) -> None:
+        """`may_taint`: the identity may change its Node's taints (not the kubelet's:
+        NodeRestriction refuses it); without, the fence is the cordon alone."""
         self.cfg = cfg
         self.kube = kube
         self.events = events
         self.report = report
         self.progress = progress
         self.pods = pods  # the daemon's one watch of the node's pods
+        self.refences = refences if refences is not None else Refences()
+        self.may_taint = may_taint
 
     def apply(
         self, decision: Decision, node: JSON, ctx: Context, budget: Budget | None = None
@@ -228,6 +327,15 @@ class FenceExecutor:
         if decision.step is Step.UNCORDON:
             self._uncordon(kube, decision, node)
             return None
+        if decision.step is Step.REFENCE:
+            self.refence(kube, decision, node)
+            return None
+        if decision.step is Step.UNTAINT:
+            if "spec" not in node:  # not observed yet
+                node = marker.get_node(kube, self.cfg.node_name)
+            marker.untaint(kube, node)
+            log.info("fence: %s; taint %s removed", decision.why, marker.TAINT)
+            return None
         if decision.step is Step.FORGET:
             if "spec" not in node:  # not observed yet
                 node = marker.get_node(kube, self.cfg.node_name)
@@ -240,6 +348,39 @@ class FenceExecutor:
             self.report.set(decision.condition)
         return None
 
+    def refence(self, kube: Kube, decision: Decision, node: JSON) -> JSON:
+        """Put back what someone else undid of the agent's fence (decision.refence), in
+        one write guarded by `node`'s resourceVersion (marker.NodeChanged when it moved
+        on), and say what changed and who last wrote the Node: a Warning Event `Refenced`,
+        and `RefenceContested` once when the cordon was put back too often. Returns the
+        Node as written."""
+        put_back = decision.refence
+        assert put_back is not None, "a refence says what to put back"
+        written = marker.refence(
+            kube,
+            node,
+            cordon=put_back.cordon,
+            taint=put_back.taint,
+            label=put_back.label,
+            reason=put_back.reason,
+        )
+        # The watch's copies carry no managedFields (kube/watch.py); the written object does.
+        writer = last_writer(written, besides=FIELD_MANAGER)
+        message = put_back.message(writer)
+        log.warning("fence: %s", message)
+        self.events.node(node, "Refenced", message, WARNING)
+        if put_back.cordon:
+            started = marker.NodeFence.of(node).started_at
+            if self.refences.count(started, time.monotonic()) == CONTESTED_AFTER:
+                contested = (
+                    f"something keeps uncordoning this node ({writer}): the cordon "
+                    f"was put back {CONTESTED_AFTER} times; the taint {marker.TAINT} holds "
+                    "the fence from here"
+                )
+                log.warning("fence: %s", contested)
+                self.events.node(node, "RefenceContested", contested, WARNING)
+        return written
+
     def record_boot(self, boot: str) -> None:
         """Note on the Node the boot the agent started in (after start, by the reconcile)."""
         marker.record_boot(self.kube, self.cfg.node_name, boot)
@@ -248,7 +389,14 @@ class FenceExecutor:
         assert decision.reason is not None
         if "spec" not in node:  # not observed yet
             node = marker.get_node(kube, self.cfg.node_name)
-        changed = marker.cordon(kube, node, decision.reason, decision.keep, _notes(decision))
+        changed = marker.cordon(
+            kube, node, decision.reason, decision.keep, _notes(decision), taint=self.may_taint
+        )
+        fence = marker.NodeFence.of(node)
+        if not changed and fence.cordoned_by_other and fence.reason != decision.reason:
+            # Someone else's cordon (another drainer's): the agent's record and taint
+            # beside it, so its fence stands when they lift theirs.
+            marker.record_drain(kube, node, decision.reason, _notes(decision), taint=self.may_taint)
         if changed:
             cordoned(decision.reason)
         if changed and decision.event:
@@ -282,36 +430,50 @@ class FenceExecutor:
         # Draining once the cordon stands: a cordon that finds the Node changed (the
         # decision was made on a stale one) reports nothing it did not do.
         what = describe(decision)
-        result = cordon_then_drain(
-            drain,
-            node,
-            decision.keep,
-            ctx,
-            lambda: self.report.set(conditions.draining(what)),
-            lambda volumes: self._detaching(reason, what, volumes),
-            _notes(decision),
-        )
+        other = decision.wait_for
+        settle = (lambda d: wait_for_other_drain(d, other, reason)) if other else None
+        hold = AutoscalerHold(self.kube, self.cfg.node_name, Others.of(node).autoscaler_removing)
+        try:
+            result = cordon_then_drain(
+                drain,
+                node,
+                decision.keep,
+                ctx,
+                lambda: self.report.set(conditions.draining(what)),
+                lambda volumes: self._detaching(reason, what, volumes, hold),
+                _notes(decision),
+                self.may_taint,
+                settle,
+            )
+        finally:
+            hold.release()
         self._record(reason, what, result, budget)
         return result
 
-    def _detaching(self, reason: Reason, what: str, volumes: Sequence[str]) -> None:
-        """The volumes the departure still waits for, in NodeAgentDrained (`status`)."""
+    def _detaching(
+        self, reason: Reason, what: str, volumes: Sequence[str], hold: AutoscalerHold
+    ) -> None:
+        """The volumes the departure still waits for, in NodeAgentDrained (`status`), and
+        in the autoscaler's delay-deletion annotation where it is removing the node."""
         if volumes:
             self.report.set(conditions.waiting_for_detach(what, list(volumes)))
             self.progress(reason, f"waiting for {len(volumes)} volume(s) to detach")
+            hold.hold(f"{reason}: {len(volumes)} volume(s) detaching")
 
     def _record(self, reason: Reason, what: str, result: DrainResult, budget: Budget) -> None:
         milestone(
             log,
             Milestone.DRAIN_FINISHED,
-            "drain for %s: %s in %.2fs (%s)",
+            "drain for %s: %s in %.2fs (%s)%s",
             reason,
             result.outcome,
             result.seconds,
             result.phases.render(),
+            f"; {result.late} pod(s) bound after it began, evicted too" if result.late else "",
             reason=reason,
             outcome=result.outcome,
             seconds=f"{result.seconds:.3f}",
+            late=result.late,
         )
         metrics.DRAINS.labels(reason, result.outcome).inc()
         metrics.DRAIN_SECONDS.observe(result.seconds)

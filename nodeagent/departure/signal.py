@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from nodeagent.context import Context
 from nodeagent.departure.budget import Budget
 from nodeagent.fence.decision import Decision
+from nodeagent.fence.refence import Refences
 from nodeagent.types import Occasion, Reason
 
 
@@ -51,3 +52,6 @@ class State:
     owner: Reason | None = None  # the shutdown that owns the node, until cancelled
     running: Running | None = None
     retry_at: float = 0.0  # when a blocked drain is tried again (monotonic; 0: not)
+    refences: Refences = field(default_factory=Refences)  # cordons put back, this departure
+    deleted: str = ""  # the UID of the own Node deleted from the API, until one registers
+    handler_seen: str = ""  # another handler of the cloud's notices, seen on this Node

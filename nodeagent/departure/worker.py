@@ -26,6 +26,8 @@ from nodeagent.departure.signal import Running, Signal, State
 from nodeagent.departure.warnings import CloudWarnings
 from nodeagent.fence import marker
 from nodeagent.fence.decision import evacuation_asked, preempts
+from nodeagent.fence.others import Others, other_handler, standing_aside
+from nodeagent.fence.refence import Refences
 from nodeagent.kube.client import JSON, Kube
 from nodeagent.kube.watch import Reflector
 from nodeagent.report.conditions import ConditionWriter
@@ -51,20 +53,25 @@ class Departure:
         status: Callable[[str], None],
         send: Callable[..., None],
         pods: Reflector | None = None,
+        may_taint: bool = True,
     ) -> None:
+        """`may_taint`: the identity may change its Node's taints (executor)."""
         self.cfg = cfg
         self.kube = kube
-        self.executor = FenceExecutor(cfg, kube, events, report, self._progress, pods)
+        self.state = State()  # what the worker remembers, shared with the producers
+        self.executor = FenceExecutor(
+            cfg, kube, events, report, self._progress, pods, self.state.refences, may_taint
+        )
         self.warnings = CloudWarnings(cfg.warnings, events)
         self.status = status
         self.send = send
         self.beat: Callable[[], None] = lambda: None
         self._queue: queue.SimpleQueue[Signal] = queue.SimpleQueue()
-        self.state = State()  # what the worker remembers, shared with the producers
         self._lock = self.state.lock
         self._announced: Signal | None = None  # the shutdown signal not yet cancelled
         self._node: JSON | None = None  # the latest own Node observed
         self._node_queued = False
+        self._handler_said: str | None = None  # the handler line last logged
         # Called with a warning once the node is drained for it (Azure's approval).
         self.warning_drained: Callable[[Notice], None] = lambda _notice: None
         self._apply = Applier(
@@ -120,11 +127,49 @@ class Departure:
         return signal
 
     def observe(self, node: JSON) -> None:
-        """A change of the own Node, from its watch; never blocks."""
+        """A change of the own Node, from its watch. What someone else undid of the fence
+        is put back here, at once (one guarded write), not behind a running drain."""
         with self._lock:
             self._node = node
+            if self.state.deleted and self.state.deleted != node["metadata"].get("uid"):
+                self.state.deleted = ""
+            self.state.handler_seen = self.state.handler_seen or Others.of(node).handler
+            handler = other_handler(self.cfg.warnings.other_handler, self.state.handler_seen)
+            said, self._handler_said = self._handler_said, handler
+        if handler != said:
+            log.info("%s", standing_aside(handler))
         self.warnings.report(node)
+        written = self._apply.refence(node)
+        if written is not None:
+            with self._lock:
+                if self._node is node:  # a newer Node is the newer word
+                    self._node = written
         self._node_changed()
+
+    def node_deleted(self, node: JSON) -> None:
+        """The own Node was deleted from the API (the watch's DELETED): the running drain
+        stops at once (its evictions would go on answering while PodGC has not removed the
+        pods, and every write to the Node answers 404), and what the agent remembered of
+        that object goes. Decisions wait for the kubelet to register the Node again."""
+        meta = node["metadata"]
+        with self._lock:
+            self._node = None
+            running = self.state.running
+            self.state.retry_at = 0.0
+            self.state.refences = Refences()
+            self.executor.refences = self.state.refences
+            self.state.deleted = meta.get("uid", "")
+            self.state.handler_seen = ""  # memory of that object
+        doing = f"stopping the {running.reason} drain" if running else "no drain was running"
+        log.warning(
+            "node %s (uid %s) was deleted from the API; %s; waiting for the kubelet to "
+            "register it again",
+            meta["name"],
+            meta.get("uid", "?"),
+            doing,
+        )
+        if running is not None:
+            running.ctx.cancel()
 
     def warned(self, notices: tuple[Notice, ...]) -> None:
         """The cloud's early warnings as the metadata endpoint shows them now (every

@@ -90,6 +90,7 @@ class DrainResult:
     # The wait, after the drain, for the drained pods' volumes to detach (drain/detach.py).
     detach: DetachResult | None = None
     phases: Phases = field(default_factory=Phases)  # where its time went
+    late: int = 0  # pods bound after the drain planned, evicted too
 
     @property
     def exit_code(self) -> ExitCode:
@@ -183,6 +184,7 @@ class Drain:
         self._start = 0.0
         self._deadline = 0.0
         self._waiting: list[Eviction] = []  # the pods waited for now
+        self._planned: set[str] = set()  # the UIDs of the pods the plan was made from
 
     # -- public ---------------------------------------------------------------
 
@@ -234,6 +236,11 @@ class Drain:
         """The node's pods as the drain's watch shows them now (inside `started`)."""
         return self._pods.snapshot()
 
+    def wait_pods(self, done: Callable[[list[JSON]], bool], until: float) -> bool:
+        """Inside `started`: until `done(pods)` holds for the watched pods (checked on each
+        change, and when the drain is called off) or `until` (monotonic)."""
+        return self._pods.wait_for(lambda: done(self._pods.snapshot()), until)
+
     def evict(self, node: JSON, cordoned: bool) -> DrainResult:
         """Inside `started`, once the node is cordoned (`cordoned`: by this caller's
         write): plan from the pods the watch shows now, evict, wait, report."""
@@ -255,7 +262,9 @@ class Drain:
         # is still in flight (milliseconds; kubectl's fresh list has no such lag, and
         # neither closes the race with a binding the scheduler made before the cordon).
         planned = time.monotonic()
-        pods = self._plan(self._pods.snapshot())
+        snapshot = self._pods.snapshot()
+        self._planned = {p["metadata"]["uid"] for p in snapshot}
+        pods = self._plan(snapshot)
         milestone(
             log,
             Milestone.DRAIN_STARTED,
@@ -371,6 +380,7 @@ class Drain:
                 deleted = self._delete_killing(pool, killing)
                 evictions += deleted
                 evictions += self._run_tiers(pool, tiers, deleted, reserve_until, has_critical)
+                evictions += self._run_late(pool)
                 self._wait_gone(evictions, self._deadline)
                 self._work.cancel()  # workers still retrying give up now
         finally:
@@ -409,6 +419,23 @@ class Drain:
             self._evictor.send_combined_events()
             if self._work.cancelled:
                 break
+        return evictions
+
+    def _run_late(self, pool: ThreadPoolExecutor) -> list[Eviction]:
+        """Pods bound after the plan was made (a binding in flight at the cordon, one the
+        fence did not stop while it was lifted), from the watch: evicted too, so that
+        `Drained` means none the drain must move is bound (docs/architecture.md)."""
+        evictions: list[Eviction] = []
+        while not self._work.cancelled and time.monotonic() < self._deadline:
+            new = [p for p in self._pods.snapshot() if p["metadata"]["uid"] not in self._planned]
+            self._planned |= {p["metadata"]["uid"] for p in new}
+            late = self._plan(new)
+            if not late:
+                return evictions
+            self.result.late += len(late)
+            self.progress(f"{len(late)} pods bound to the node after the drain began")
+            for tier in podfilter.tiers(late):
+                evictions += self._run_tier(pool, tier, self._deadline)
         return evictions
 
     def _delete_killing(self, pool: ThreadPoolExecutor, pods: list[JSON]) -> list[Eviction]:

@@ -17,15 +17,21 @@ The precedence, highest first:
    its fence) fences no more, though the endpoint may list it for minutes after.
 5. The Node as it is now: an evacuate taint fences per its policy; its removal undoes
    what the evacuation did. A person's cordon is never undone.
+
+Before all of them, on a change of the Node: what someone else undid of the agent's fence
+while its reason holds (a foreign uncordon, its taint or label removed) is put back
+(fence/refence.py), whoever owns the node.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from nodeagent.config import EvacuateConfig
 from nodeagent.fence import marker
 from nodeagent.fence.marker import NodeFence
+from nodeagent.fence.others import DRAINER_TAINTS, Others
+from nodeagent.fence.refence import Refence, missing
 from nodeagent.fence.warning import Warned, is_departed
 from nodeagent.kube.client import JSON
 from nodeagent.report import conditions
@@ -70,6 +76,17 @@ class Observed:
     # The Node's note (marker.WARNING_DEPARTED): the event ID of a warning whose departure
     # happened; it fences no more while the endpoint still lists it.
     warning_departed: str = ""
+    # Memory: the cordon was put back too often in this departure (fence/refence.py):
+    # only the taint is put back.
+    contested: bool = False
+    # The identity may change the Node's taints (not the kubelet's, under NodeRestriction):
+    # without, the agent's fence is the cordon alone.
+    may_taint: bool = True
+    # The other actors on the Node (fence/others.py): another drainer, another handler.
+    others: Others = field(default_factory=Others)
+    # Another handler of the cloud's notices acts here (fence/others.other_handler): the
+    # warnings stand aside, but for the one the agent already fences for (it converges).
+    handler: str = ""
 
     @property
     def acting(self) -> Warned | None:
@@ -78,6 +95,8 @@ class Observed:
         are told apart here and nowhere else."""
         for w in (self.warning, *self.also_acting):
             if w and not is_departed(w.notice, self.fence, self.boot_id, self.warning_departed):
+                if self.handler and w.notice.event_id != self.fence.warning_id:
+                    continue  # another handler acts on it
                 return w
         return None
 
@@ -116,6 +135,11 @@ class Decision:
     # which (its notes go into the marker; a shutdown's keeps them, so the next boot knows
     # the warning departed).
     warning: Notice | None = None
+    # REFENCE: what to put back.
+    refence: Refence | None = None
+    # DRAIN at a shutdown: another actor drains the node (its evidence): fence, evict
+    # nothing while it does, then drain what is left before the deadline.
+    wait_for: str = ""
 
 
 NOTHING = Decision(Step.NOTHING)
@@ -160,6 +184,10 @@ def preempts(occasion: Occasion, running: Reason, asked: bool, drains: bool) -> 
 
 def decide(o: Observed) -> Decision:
     """The fence step the observation asks for."""
+    if o.occasion is Occasion.NODE:
+        put_back = refence(o)
+        if put_back:
+            return Decision(Step.REFENCE, refence=put_back, why="; ".join(put_back.changes()))
     if o.occasion is Occasion.SHUTDOWN:
         return _shutdown(o)
     if o.shutdown is not None:
@@ -171,13 +199,51 @@ def decide(o: Observed) -> Decision:
     return _node(o)
 
 
+def reason_holds(o: Observed) -> str:
+    """Why the departure written on the Node (its marker's reason) is still wanted, or ""
+    when it is not: its shutdown owns the node (a marker of this boot), its warning acts
+    and fences, or its evacuate taint is there."""
+    fence = o.fence
+    reason = marker_reason(fence.reason) if fence.recorded else None
+    if reason is None:
+        return ""
+    if reason.shutdown:
+        this_boot = not fence.boot_id or not o.boot_id or fence.boot_id == o.boot_id
+        return f"the {reason} shutdown" if o.shutdown is not None and this_boot else ""
+    if reason is Reason.WARNING:
+        w = o.fencing
+        ours = w is not None and w.notice.event_id == fence.warning_id
+        return w.notice.describe() if ours and w is not None else ""
+    if reason is Reason.EVACUATE and o.evacuation_requested:
+        return f"the evacuate taint {o.taint}"
+    return ""
+
+
+def _shutdown_over(o: Observed) -> bool:
+    """A shutdown's taint with no shutdown owning the node (the agent started again): the
+    departure is over, its taint goes at once, so DaemonSet pods (which tolerate the cordon,
+    never the agent's taint) come back while the cordon waits for the node to be Ready."""
+    reason = marker_reason(o.fence.reason) if o.fence.recorded else None
+    shutdown = reason is not None and reason.shutdown
+    return o.fence.tainted and shutdown and not reason_holds(o)
+
+
+def refence(o: Observed) -> Refence:
+    """What of the agent's fence to put back now (fence/refence.py); the cordon is left to
+    whoever keeps lifting it once the repairs are contested."""
+    put_back = missing(o.fence, reason_holds(o), o.may_taint)
+    return replace(put_back, cordon=False) if o.contested else put_back
+
+
 def _shutdown(o: Observed) -> Decision:
     reason = o.shutdown or Reason.UNKNOWN
     warning = o.fencing.notice if o.fencing is not None else None
     if o.shutdown_policy is Policy.CORDON:
         return Decision(Step.CORDON, reason, why=f"{reason}: policy cordon", warning=warning)
     if o.shutdown_policy is Policy.DRAIN:
-        return Decision(Step.DRAIN, reason, why=f"{reason}: policy drain", warning=warning)
+        other = o.others.maybe_drainer(o.fence.cordoned_by_other)
+        why = f"{reason}: policy drain" + (f"; {other} is draining it" if other else "")
+        return Decision(Step.DRAIN, reason, why=why, warning=warning, wait_for=other)
     return Decision(Step.NOTHING, why=f"{reason}: policy none")
 
 
@@ -218,12 +284,33 @@ def _settled(o: Observed) -> Decision:
 
 
 def _node(o: Observed) -> Decision:
-    decision = _fence_step(o)
+    decision = _beside_drainer(o, _fence_step(o))
     if decision.step is Step.NOTHING and _forgotten(o):
         return Decision(
             Step.FORGET, why=f"the departed warning {o.warning_departed} is off the endpoint"
         )
+    if decision.step is Step.NOTHING and _shutdown_over(o):
+        return Decision(
+            Step.UNTAINT,
+            why=f"the {o.fence.reason} departure is over; its cordon stays until the node "
+            "runs pods again",
+        )
     return decision
+
+
+def _beside_drainer(o: Observed, decision: Decision) -> Decision:
+    """A drain the Node asks for (an evacuate taint, a warning) while another actor drains
+    it: fence only (the cordon and the agent's taint; theirs stay theirs), never a second
+    drain. Once fenced for that reason, nothing more; their drain gone, the drain follows."""
+    drainer = o.others.drainer
+    if decision.step is not Step.DRAIN or not drainer or o.taint in DRAINER_TAINTS:
+        return decision  # (their taint configured as an evacuate taint: drain ahead of them)
+    fence = o.fence
+    fenced = fence.reason == decision.reason and (fence.cordoned_by_agent or fence.recorded)
+    if fenced and (fence.tainted or not o.may_taint):
+        return NOTHING
+    why = f"{decision.reason}: {drainer} is draining this node; not draining it a second time"
+    return replace(decision, step=Step.CORDON, why=why)
 
 
 def _forgotten(o: Observed) -> bool:
@@ -274,7 +361,7 @@ def _fence_step(o: Observed) -> Decision:
             event="Cordoned by nodeagent (evacuate taint)",
             why=f"taint {o.taint}, policy NoSchedule",
         )
-    if fence.unschedulable and fence.reason == Reason.EVACUATE and fence.result in FINISHED:
+    if _fenced(fence) and fence.reason == Reason.EVACUATE and fence.result in FINISHED:
         return NOTHING  # drained under its cordon, the agent's or a person's
     if o.retry_pending:
         return NOTHING  # the last drain hit its deadline; the retry comes back to it
@@ -294,7 +381,7 @@ def _warned(o: Observed, warned: Warned) -> Decision:
         if fence.cordoned_by_other or (fence.unschedulable and ours):
             return NOTHING
         return _warning_cordon(notice, f"{notice.describe()}: policy cordon")
-    if fence.unschedulable and ours and fence.result in FINISHED:
+    if _fenced(fence) and ours and fence.result in FINISHED:
         return NOTHING  # drained for this very warning
     if o.retry_pending:
         return NOTHING  # the last drain hit its deadline; the retry comes back to it
@@ -305,6 +392,12 @@ def _warned(o: Observed, warned: Warned) -> Decision:
         warning=notice,
         why=f"{notice.describe()}: policy drain",
     )
+
+
+def _fenced(fence: NodeFence) -> bool:
+    """The departure's fence stands: its cordon, or the agent's own marker with its taint
+    where someone keeps lifting the cordon (a drain done is not done again for that)."""
+    return fence.unschedulable or (fence.marked and fence.tainted)
 
 
 def _warning_cordon(notice: Notice, why: str) -> Decision:

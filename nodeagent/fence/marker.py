@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from nodeagent.fence.others import DELAY_DELETION
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, api_stamp, node_path
 from nodeagent.types import DEPARTING
 
@@ -28,6 +29,9 @@ BOOT_ID = PREFIX + "boot-id"
 DRAIN_RESULT = PREFIX + "drain-result"
 # The agent set EXCLUDE_LB_LABEL with its cordon (it was absent): its uncordon removes it.
 EXCLUDED_LB = PREFIX + "excluded-from-lb"
+# The Node object (metadata.uid) the marker was written on: a marker on another object (a
+# Node deleted and its manifest applied again) is no record of this one (N4).
+NODE_UID = PREFIX + "node-uid"
 # The boot the agent last started in: a new one without a drain record was unclean.
 LAST_BOOT_ID = PREFIX + "last-boot-id"
 # The cloud event ID of a warning whose departure already happened: the machine went down
@@ -50,6 +54,7 @@ MARKER_KEYS = (
     BOOT_ID,
     DRAIN_RESULT,
     EXCLUDED_LB,
+    NODE_UID,
     *WARNING_KEYS,
 )
 Notes = Mapping[str, str]  # marker keys written beside the reason (the warning's)
@@ -57,6 +62,15 @@ Notes = Mapping[str, str]  # marker keys written beside the reason (the warning'
 # from their target sets (aws-node-termination-handler's --exclude-from-load-balancers).
 EXCLUDE_LB_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
 AGENT = "nodeagent"
+# The label's value when the agent set it: ownership by value, as Karpenter (`karpenter`)
+# and aws-node-termination-handler do. An earlier agent wrote "true" (with EXCLUDED_LB).
+LB_VALUES = (AGENT, "true")
+# The agent's own fence beside the cordon, for as long as a departure lasts: the shared
+# `spec.unschedulable` has no owner (the autoscaler's clean-up, kured and NTH uncordon
+# whoever cordoned), while every one of them removes taints by its own key only, and the
+# scheduler honours this one with the node uncordoned. Written in the same guarded write
+# as the cordon and the marker; its value is the departure's reason.
+TAINT = PREFIX + "departing"
 
 
 class NodeNotFound(KubeError):
@@ -94,10 +108,12 @@ class NodeFence:
     excluded_lb: bool = False  # the agent set EXCLUDE_LB_LABEL with this cordon
     warning_id: str = ""  # the cloud event a warning's drain was for
     warning: str = ""  # which warning: "<cloud> <kind>" (nodeagent/fence/warning.py)
+    tainted: bool = False  # the agent's TAINT is on the Node
+    lb_label: str | None = None  # EXCLUDE_LB_LABEL's value, None when absent
 
     @classmethod
     def of(cls, node: JSON) -> NodeFence:
-        ann = node["metadata"].get("annotations") or {}
+        ann = _own_marker(node)
         return cls(
             unschedulable=bool(node["spec"].get("unschedulable")),
             marked=ann.get(CORDONED_BY) == AGENT,
@@ -108,6 +124,8 @@ class NodeFence:
             excluded_lb=ann.get(EXCLUDED_LB) == "true",
             warning_id=ann.get(WARNING_ID, ""),
             warning=ann.get(WARNING, ""),
+            tainted=has_taint(node, TAINT),
+            lb_label=(node["metadata"].get("labels") or {}).get(EXCLUDE_LB_LABEL),
         )
 
     def departed(self, boot_id: str) -> str:
@@ -127,6 +145,28 @@ class NodeFence:
     @property
     def cordoned_by_other(self) -> bool:
         return self.unschedulable and not self.marked
+
+    @property
+    def recorded(self) -> bool:
+        """A departure of the agent's is written on the Node: its cordon's marker, or its
+        drain's record under someone else's cordon."""
+        return self.marked or bool(self.reason)
+
+    @property
+    def lb_ours(self) -> bool:
+        """EXCLUDE_LB_LABEL is the agent's: it set it (EXCLUDED_LB) and the value is still
+        its own (Karpenter overwrites the value; then the label is Karpenter's)."""
+        return self.excluded_lb and self.lb_label in LB_VALUES
+
+
+def _own_marker(node: JSON) -> Mapping[str, str]:
+    """The Node's annotations, less a marker written on another Node object (its NODE_UID
+    is not this one's): nothing of it is inherited, nothing of it undone."""
+    ann: Mapping[str, str] = node["metadata"].get("annotations") or {}
+    uid, written_on = node["metadata"].get("uid", ""), ann.get(NODE_UID, "")
+    if uid and written_on and written_on != uid:
+        return {k: v for k, v in ann.items() if k not in MARKER_KEYS}
+    return ann
 
 
 def departed_note(node: JSON) -> str:
@@ -154,6 +194,23 @@ def first_taint(node: JSON, keys: Collection[str]) -> str:
     return ""
 
 
+def has_taint(node: JSON, key: str) -> bool:
+    return bool(first_taint(node, (key,)))
+
+
+def taints_with(node: JSON, reason: str) -> list[JSON]:
+    """The Node's taints with the agent's TAINT for `reason` (replacing its own, if any);
+    every other taint carried over unchanged. A merge patch replaces the whole list, so
+    this is only written guarded by the resourceVersion it was read at."""
+    own = {"key": TAINT, "value": reason or "departing", "effect": "NoSchedule"}
+    return [*taints_without(node), own]
+
+
+def taints_without(node: JSON) -> list[JSON]:
+    """The Node's taints less the agent's own (matched by key, as every other tool does)."""
+    return [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") != TAINT]
+
+
 def excludes_lb(node: JSON) -> bool:
     """The agent's cordon of `node` sets EXCLUDE_LB_LABEL as its own: the label is absent,
     or the agent's marker already says it set it. A label a person set is never the
@@ -167,7 +224,13 @@ def boot_id(node: JSON) -> str:
 
 
 def cordon(
-    kube: Kube, node: JSON, reason: str, keep: Collection[str] = (), notes: Notes | None = None
+    kube: Kube,
+    node: JSON,
+    reason: str,
+    keep: Collection[str] = (),
+    notes: Notes | None = None,
+    *,
+    taint: bool = True,
 ) -> bool:
     """Cordon `node` for `reason`, writing the marker in the same patch.
 
@@ -177,6 +240,8 @@ def cordon(
     written in this boot. The patch carries the observed resourceVersion, so a concurrent
     cordon is not overwritten: raises NodeChanged when the Node moved on since `node` was
     read. `notes`: the warning's keys, written with the reason (the others are cleared).
+    `taint`: the agent's TAINT goes on too (False where the identity may not change its
+    Node's taints: the kubelet's, under NodeRestriction).
     """
     fence = NodeFence.of(node)
     if fence.cordoned_by_other:
@@ -187,19 +252,54 @@ def cordon(
     patch = _drain_record(node, reason, notes)
     patch["metadata"]["annotations"] |= {CORDONED_BY: AGENT, EXCLUDED_LB: "true" if ours else None}
     patch["spec"] = {"unschedulable": True}
+    if taint:
+        patch["spec"]["taints"] = taints_with(node, reason)
     if ours:
-        patch["metadata"]["labels"] = {EXCLUDE_LB_LABEL: "true"}
+        patch["metadata"]["labels"] = {EXCLUDE_LB_LABEL: AGENT}
     _guarded_patch(kube, node, patch)
     return True
 
 
-def record_drain(kube: Kube, node: JSON, reason: str, notes: Notes | None = None) -> None:
+def record_drain(
+    kube: Kube, node: JSON, reason: str, notes: Notes | None = None, *, taint: bool = True
+) -> None:
     """Note a drain for `reason` under someone else's cordon, before it evicts: the
     marker's drain keys without CORDONED_BY (the cordon stays theirs), so the Node, not
     the agent's memory, says that an evacuation already drained there, and its undo
     (`uncordon` with `only_reasons`) clears the record and leaves the cordon. Guarded by
-    the resourceVersion like `cordon`."""
-    _guarded_patch(kube, node, _drain_record(node, reason, notes))
+    the resourceVersion like `cordon`. The agent's TAINT goes on with the record: their
+    cordon is theirs to lift, the taint keeps the fence while the departure lasts."""
+    patch = _drain_record(node, reason, notes)
+    if taint:
+        patch["spec"] = {"taints": taints_with(node, reason)}
+    _guarded_patch(kube, node, patch)
+
+
+def refence(kube: Kube, node: JSON, *, cordon: bool, taint: bool, label: bool, reason: str) -> JSON:
+    """Put back the pieces of the agent's fence someone else removed (fence/refence.py):
+    the cordon, the TAINT for `reason`, the load-balancer label. One write, guarded by the
+    resourceVersion `node` was read at (the taint list is written whole): raises
+    NodeChanged when the Node moved on. Returns the Node as written."""
+    spec: JSON = {}
+    if cordon:
+        spec["unschedulable"] = True
+    if taint:
+        spec["taints"] = taints_with(node, reason)
+    patch: JSON = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}}
+    if spec:
+        patch["spec"] = spec
+    if label:
+        patch["metadata"]["labels"] = {EXCLUDE_LB_LABEL: AGENT}
+    return _guarded_patch(kube, node, patch)
+
+
+def untaint(kube: Kube, node: JSON) -> None:
+    """Remove the agent's TAINT alone (the cordon and marker stay), guarded like `cordon`."""
+    patch = {
+        "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+        "spec": {"taints": taints_without(node)},
+    }
+    _guarded_patch(kube, node, patch)
 
 
 def _drain_record(node: JSON, reason: str, notes: Notes | None) -> JSON:
@@ -210,6 +310,7 @@ def _drain_record(node: JSON, reason: str, notes: Notes | None) -> JSON:
                 DRAIN_REASON: reason,
                 DRAIN_STARTED_AT: api_stamp(),
                 BOOT_ID: boot_id(node),
+                NODE_UID: node["metadata"].get("uid") or None,
                 DRAIN_RESULT: None,
                 **dict.fromkeys(WARNING_KEYS),
                 **_departed_note(node),
@@ -226,13 +327,20 @@ def _departed_note(node: JSON) -> dict[str, str]:
     return {WARNING_DEPARTED: gone} if gone else {}
 
 
-def _guarded_patch(kube: Kube, node: JSON, patch: JSON) -> None:
+def _guarded_patch(kube: Kube, node: JSON, patch: JSON) -> JSON:
     try:
-        kube.merge_patch(node_path(node["metadata"]["name"]), patch)
+        return kube.merge_patch(node_path(node["metadata"]["name"]), patch)
     except ApiError as exc:
         if exc.status != 409:
             raise
         raise NodeChanged(f"node {node['metadata']['name']} changed since it was read") from None
+
+
+def hold_deletion(kube: Kube, name: str, why: str | None) -> None:
+    """Set (`why`) or remove (None) the Cluster Autoscaler's delay-deletion annotation of
+    the agent's own (fence/others.DELAY_DELETION): one key, nobody else's."""
+    patch = {"metadata": {"annotations": {DELAY_DELETION: why}}}
+    kube.merge_patch(node_path(name), patch)
 
 
 def record_boot(kube: Kube, name: str, boot: str) -> None:
@@ -241,9 +349,14 @@ def record_boot(kube: Kube, name: str, boot: str) -> None:
     kube.merge_patch(node_path(name), {"metadata": {"annotations": {LAST_BOOT_ID: boot}}})
 
 
-def record_result(kube: Kube, name: str, result: str) -> None:
-    """Note how the drain ended, so the next boot can tell a drained departure."""
-    kube.merge_patch(node_path(name), {"metadata": {"annotations": {DRAIN_RESULT: result}}})
+def record_result(kube: Kube, name: str, result: str, uid: str = "") -> None:
+    """Note how the drain ended, so the next boot can tell a drained departure. `uid`: only
+    on that Node object (the API server refuses another's: a Node deleted and registered
+    again during the drain gets no result of a drain it never had)."""
+    meta: JSON = {"annotations": {DRAIN_RESULT: result}}
+    if uid:
+        meta["uid"] = uid
+    kube.merge_patch(node_path(name), {"metadata": meta})
 
 
 def uncordon(
@@ -281,12 +394,17 @@ def uncordon(
             "annotations": dict.fromkeys(MARKER_KEYS) | _departed_note(node),
         },
     }
-    if fence.excluded_lb:
+    if fence.lb_ours:
         patch["metadata"]["labels"] = {EXCLUDE_LB_LABEL: None}
+    spec: JSON = {}
+    if fence.tainted:
+        spec["taints"] = taints_without(node)
     if fence.unschedulable and not record_only:
-        patch["spec"] = {"unschedulable": False}
-    elif not fence.marked and not fence.reason:
+        spec["unschedulable"] = False
+    elif not fence.marked and not fence.reason and not fence.tainted:
         return False  # nothing to undo, nothing to write
+    if spec:
+        patch["spec"] = spec
     try:
         kube.merge_patch(node_path(name), patch)
     except ApiError as exc:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from nodeagent.kube.client import JSON, Kube, api_stamp, node_path
+from nodeagent.kube.client import JSON, ApiError, Kube, api_stamp, node_path
 from nodeagent.objects import condition
 
 # The one reader of a condition by type is nodeagent/objects.py; named here for its callers.
@@ -168,7 +168,10 @@ class ConditionWriter:
     """Writes Node conditions from one background thread, latest per type wins.
 
     `current` is the agent's view of its own Node (from its watch), used to keep
-    transition times; a write failure is logged and retried with the next write.
+    transition times; a write failure is logged and retried with the next write. A Node
+    deleted (`gone`, or a write answered 404) is final for that object: nothing is written
+    or retried until the kubelet registers a new one (`observe` with another UID), and
+    then the latest of each condition is written at once, not at the next heartbeat.
     """
 
     def __init__(self, kube: Kube, node_name: str) -> None:
@@ -185,6 +188,8 @@ class ConditionWriter:
         self._writing = threading.Lock()
         self._ride_along: Callable[[], list[Condition]] = list
         self.last_write = 0.0  # monotonic time of the last successful write (0: none yet)
+        self._gone = ""  # the UID of the Node deleted under the agent ("": none)
+        self._parked: dict[str, Condition] = {}  # what it waits to write on the next Node
 
     def ride_along(self, conditions: Callable[[], list[Condition]]) -> None:
         """Conditions refreshed with every write (NodeAgentReady): any write is then a
@@ -194,6 +199,23 @@ class ConditionWriter:
     def observe(self, node: JSON) -> None:
         with self._cond:
             self.node = node
+            uid = node["metadata"].get("uid", "")
+            if self._gone and uid and uid != self._gone and "status" in node:
+                self._gone = ""  # registered again: the latest of each, written now
+                self._pending = self._parked | self._pending
+                self._parked = {}
+                self._idle.clear()
+                self._cond.notify()
+
+    def gone(self, uid: str) -> None:
+        """The Node object `uid` was deleted: nothing more is written to it."""
+        with self._cond:
+            self._gone = uid
+
+    @property
+    def waiting_for_node(self) -> bool:
+        with self._cond:
+            return bool(self._gone)
 
     def set(self, *conditions: Condition) -> None:
         with self._cond:
@@ -209,10 +231,14 @@ class ConditionWriter:
 
     def write_latest(self, conditions: Callable[[], list[Condition]]) -> None:
         """Write synchronously what `conditions()` says once no other write is under way:
-        a condition changed meanwhile (and set()) is then written after this one."""
+        a condition changed meanwhile (and set()) is then written after this one. Nothing
+        while the Node is deleted (the next one is written at its registration)."""
         with self._writing:
             with self._cond:
                 node = self.node
+                if self._gone:
+                    self._parked |= {c.type: c for c in conditions()}
+                    return
             if "status" not in node:  # not observed yet: keep transition times across restarts
                 node = self.kube.get(node_path(self.node_name))
             self._write(node, conditions())
@@ -240,12 +266,25 @@ class ConditionWriter:
                     self._cond.wait()
                 batch, self._pending = list(self._pending.values()), {}
                 node = self.node
+                if self._gone:
+                    self._parked |= {c.type: c for c in batch}
+                    continue
             try:
                 with self._writing:
                     self._write(node, batch)
+            except ApiError as exc:
+                if exc.status != 404:
+                    self._retry(batch, exc)
+                    continue
+                with self._cond:  # deleted: final for this object (the watch says it)
+                    self._gone = self._gone or node["metadata"].get("uid", "") or "?"
+                    self._parked |= {c.type: c for c in batch}
             except Exception as exc:  # the writer thread must outlive any failure
-                log.warning("could not write node conditions: %s; retrying", exc)
-                with self._cond:
-                    for c in batch:  # a newer condition of the same type wins
-                        self._pending.setdefault(c.type, c)
-                time.sleep(RETRY_SECONDS)
+                self._retry(batch, exc)
+
+    def _retry(self, batch: list[Condition], exc: Exception) -> None:
+        log.warning("could not write node conditions: %s; retrying", exc)
+        with self._cond:
+            for c in batch:  # a newer condition of the same type wins
+                self._pending.setdefault(c.type, c)
+        time.sleep(RETRY_SECONDS)

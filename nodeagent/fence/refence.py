@@ -1,0 +1,110 @@
+"""The fence put back: what of the agent's departure someone else undid. Pure, no I/O.
+
+`spec.unschedulable` is one shared boolean: the Cluster Autoscaler's clean-up, kured after
+a failed drain and aws-node-termination-handler on a cancelled event set it false whoever
+cordoned. A taint or label can also go by accident (Karpenter's reboot controller patches
+the whole taint list without the resourceVersion). While the agent's reason for the
+departure holds (fence.decision.reason_holds), each piece of its fence that is missing is
+put back: the cordon only if the marker says the agent made it, the taint (marker.TAINT)
+whenever a departure of its own is recorded, the load-balancer label only if the agent set
+it and nobody gave it another value since (then it is theirs).
+
+`missing` says what to restore; `Refences` counts the repairs of one departure, so that a
+writer that keeps uncordoning (a loop of its own) is left the cordon after the third
+within five minutes, and the taint alone holds the fence (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nodeagent.fence import marker
+from nodeagent.fence.marker import NodeFence
+from nodeagent.kube.client import JSON
+
+CONTESTED_AFTER = 3  # cordons put back within CONTESTED_WINDOW, then only the taint
+CONTESTED_WINDOW = 300.0  # seconds
+
+
+@dataclass(frozen=True)
+class Refence:
+    """The pieces of the agent's fence to put back, and for the Event what changed."""
+
+    cordon: bool = False  # spec.unschedulable, set false while the agent's cordon holds
+    taint: bool = False  # marker.TAINT, removed
+    label: bool = False  # marker.EXCLUDE_LB_LABEL, removed
+    reason: str = ""  # the departure's reason (the taint's value)
+    holds: str = ""  # why the departure still holds, for the Event
+
+    def __bool__(self) -> bool:
+        return self.cordon or self.taint or self.label
+
+    def changes(self) -> list[str]:
+        """What someone else changed, one phrase each (the Event and the log name them)."""
+        said = []
+        if self.cordon:
+            said.append("spec.unschedulable set false")
+        if self.taint:
+            said.append(f"taint {marker.TAINT} removed")
+        if self.label:
+            said.append(f"label {marker.EXCLUDE_LB_LABEL} removed")
+        return said
+
+    def message(self, writer: str) -> str:
+        what = "; ".join(self.changes())
+        return f"{what} while {self.holds} holds (last writer of the Node: {writer}); set again"
+
+
+NONE = Refence()
+
+
+def missing(fence: NodeFence, holds: str, may_taint: bool = True) -> Refence:
+    """What of the agent's fence on the Node (`fence`) is gone while its departure holds
+    (`holds`: why, "" when it does not hold any more: nothing is put back then). Without
+    `may_taint` (the kubelet's identity) the taint is never the agent's to put back."""
+    if not holds or not fence.recorded:
+        return NONE
+    return Refence(
+        cordon=fence.marked and not fence.unschedulable,
+        taint=may_taint and not fence.tainted,
+        label=fence.excluded_lb and fence.lb_label is None,
+        reason=fence.reason,
+        holds=holds,
+    )
+
+
+def last_writer(node: JSON, besides: str = "") -> str:
+    """Who last wrote the Node's object (not its status), from managedFields: the manager,
+    its operation and time; "unknown" when the API server keeps none. `besides`: a manager
+    left out (the agent's own, read from the object its repair wrote)."""
+    entries = [
+        e
+        for e in node["metadata"].get("managedFields") or []
+        if not e.get("subresource") and e.get("manager") and e["manager"] != besides
+    ]
+    if not entries:
+        return "unknown"
+    last = max(entries, key=lambda e: str(e.get("time") or ""))
+    return f"{last['manager']} ({last.get('operation', '?')} at {last.get('time', '?')})"
+
+
+@dataclass
+class Refences:
+    """The cordons put back in one departure (keyed by its marker's start), in time."""
+
+    departure: str = ""
+    times: list[float] = field(default_factory=list)
+
+    def contested(self, departure: str, now: float) -> bool:
+        """The cordon was put back CONTESTED_AFTER times within CONTESTED_WINDOW in this
+        departure: something keeps uncordoning; leave it the cordon, keep the taint."""
+        if departure != self.departure:
+            return False
+        return len([t for t in self.times if now - t < CONTESTED_WINDOW]) >= CONTESTED_AFTER
+
+    def count(self, departure: str, now: float) -> int:
+        """Note one cordon put back; returns how many in the window."""
+        if departure != self.departure:
+            self.departure, self.times = departure, []
+        self.times = [t for t in self.times if now - t < CONTESTED_WINDOW] + [now]
+        return len(self.times)
