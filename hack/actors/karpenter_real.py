@@ -118,10 +118,17 @@ class RealKarpenter:
 
         return str(wait_until(ready, timeout, f"Karpenter's node for {self.group}"))
 
-    def nodeclaim(self, node: str) -> JSON:
-        claims = self.kube.get("/apis/karpenter.sh/v1/nodeclaims")["items"]
-        [claim] = [c for c in claims if (c.get("status") or {}).get("nodeName") == node]
-        return dict(claim)
+    def nodeclaim(self, node: str, timeout: float = 30) -> JSON:
+        """The NodeClaim whose status names `node`. Waited for, bounded: Karpenter writes
+        the claim's nodeName in a status write of its own, which can land after the Node's
+        initialized label (seen under load)."""
+
+        def named() -> JSON | None:
+            claims = self.kube.get("/apis/karpenter.sh/v1/nodeclaims")["items"]
+            found = [c for c in claims if (c.get("status") or {}).get("nodeName") == node]
+            return dict(found[0]) if len(found) == 1 else None
+
+        return dict(wait_until(named, timeout, f"the NodeClaim of {node}"))
 
     def request_reboot(self, node: str) -> None:
         """What Karpenter's repair controller writes to reboot a node
