@@ -3,6 +3,7 @@
 # version, with the CRDs of the same version beside it. Prints the binary's path.
 # Cold: about 8 minutes on two busy cores.
 set -euo pipefail
+python3 "$(dirname "$0")/preflight.py" hack/build-cluster-api.sh "$@"
 here=$(cd "$(dirname "$0")" && pwd)
 version=$(awk '/^require sigs.k8s.io\/cluster-api v/ {print $NF; exit}' "$here/go/cluster-api/go.mod")
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/nodeagent/cluster-api

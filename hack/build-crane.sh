@@ -4,6 +4,7 @@
 # (tests/test_release.py), `crane push` pushes hack/release's image index. Prints the
 # binary's path.
 set -euo pipefail
+python3 "$(dirname "$0")/preflight.py" hack/build-crane.sh "$@"
 here=$(cd "$(dirname "$0")" && pwd)
 version=$(awk '$1 == "require" && $2 == "github.com/google/go-containerregistry" {print $3}' "$here/go/crane/go.mod")
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/nodeagent/crane

@@ -4,6 +4,7 @@
 # the binary's path. Karpenter v1.15.0 needs go >= 1.26.9: the toolchain comes from the Go
 # module proxy (GOTOOLCHAIN=go1.27.3). Cold: about 3.5 minutes on two busy cores.
 set -euo pipefail
+python3 "$(dirname "$0")/preflight.py" hack/build-karpenter.sh "$@"
 here=$(cd "$(dirname "$0")" && pwd)
 version=$(awk '/^require sigs.k8s.io\/karpenter v/ {print $NF; exit}' "$here/go/karpenter/go.mod")
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/nodeagent/karpenter

@@ -193,6 +193,10 @@ TABLE = (
     Row("hack/build-helm.sh", (GO,)),
     Row("hack/build-promtool.sh", (GO,)),
     Row("hack/build-aemm.sh", (GO,)),
+    Row("hack/build-crane.sh", (GO,)),
+    Row("hack/build-cluster-api.sh", (GO,)),
+    # Karpenter: the go on PATH fetches the Go its go.mod names from the module proxy.
+    Row("hack/build-karpenter.sh", (GO,)),
 )
 COMMANDS = tuple(dict.fromkeys(r.command for r in TABLE))
 

@@ -94,6 +94,10 @@ def _starts_a_cluster(item: pytest.Item) -> bool:
 
 # Every package on its own suite and architecture, arm64 under emulation: the slowest tier.
 MULTIARCH_MODULES = ("tests.test_multiarch",)
+# The real Karpenter and Cluster API managers: their cold Go builds (about 11 minutes on 2
+# cores, Karpenter's with a newer Go fetched from the module proxy) do not fit CI's budget
+# beside the full run; `hack/test --actors` runs them.
+REAL_ACTOR_MODULES = ("tests.test_karpenter_real", "tests.test_cluster_api_real")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -102,6 +106,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if module is not None and _uses(module, MULTIARCH_MODULES):
             item.add_marker(pytest.mark.multiarch)
             item.add_marker(pytest.mark.artifacts)
+        if module is not None and _uses(module, REAL_ACTOR_MODULES):
+            item.add_marker(pytest.mark.realactors)
         if _starts_a_cluster(item):
             item.add_marker(pytest.mark.cluster)
         if module is not None and _uses(module, NSPAWN_MODULES):
