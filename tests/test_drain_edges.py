@@ -395,7 +395,12 @@ def retrying_drain(
     client = Kube.from_kubeconfig(str(kubeconfig))
     drain = Drain(client, node, DrainOptions(deadline=60), progress=progress, pods=pods)
     results: list[DrainResult] = []
-    runner = threading.Thread(target=lambda: results.append(cordon_then_drain(drain)), daemon=True)
+    # As the CLI and the daemon do: the kubelet's identity may not change its Node's taints
+    # (NodeRestriction), so its fence is the cordon alone.
+    taint = not as_kubelet
+    runner = threading.Thread(
+        target=lambda: results.append(cordon_then_drain(drain, taint=taint)), daemon=True
+    )
     runner.start()
     assert refused.wait(20), "the eviction was never refused: the test proves nothing"
     return Retrying(group, node, uid, proxy, drain, results, runner)
