@@ -8,6 +8,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 version=$(awk '/amazon-ec2-metadata-mock v/ {print $NF; exit}' "$here/go/aemm/go.mod")
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/nodeagent/aemm
 out="$cache/$version"
+# One build of $out at a time (two runs would move each other's .tmp away): a second
+# run waits here, then finds it built.
+mkdir -p "$(dirname "$out")" && exec 9>"$out.lock" && flock 9
 if [ -x "$out/ec2-metadata-mock" ]; then echo "$out/ec2-metadata-mock"; exit 0; fi
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod

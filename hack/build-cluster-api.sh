@@ -8,6 +8,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 version=$(awk '/^require sigs.k8s.io\/cluster-api v/ {print $NF; exit}' "$here/go/cluster-api/go.mod")
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/nodeagent/cluster-api
 out="$cache/$version"
+# One build of $out at a time (two runs would move each other's .tmp away): a second
+# run waits here, then finds it built.
+mkdir -p "$(dirname "$out")" && exec 9>"$out.lock" && flock 9
 if [ -x "$out/capi-manager" ]; then echo "$out/capi-manager"; exit 0; fi
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod

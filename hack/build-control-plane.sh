@@ -11,6 +11,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 etcd_version=$(awk '$1 == "require" && $2 == "go.etcd.io/etcd/server/v3" {print $3}' "$here/go/etcd/go.mod")
 cache=${NODEAGENT_CP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nodeagent/control-plane}
 out="$cache/k8s-$k8s_version-etcd-$etcd_version"
+# One build of $out at a time (two runs would move each other's .tmp away): a second
+# run waits here, then finds it built.
+mkdir -p "$(dirname "$out")" && exec 9>"$out.lock" && flock 9
 bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd)
 
 complete() { for b in "${bins[@]}"; do [ -x "$out/$b" ] || return 1; done; }

@@ -9,6 +9,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 version=$(awk '$1 == "require" && $2 == "github.com/google/go-containerregistry" {print $3}' "$here/go/crane/go.mod")
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/nodeagent/crane
 out="$cache/$version"
+# One build of $out at a time (two runs would move each other's .tmp away): a second
+# run waits here, then finds it built.
+mkdir -p "$(dirname "$out")" && exec 9>"$out.lock" && flock 9
 if [ -x "$out/crane" ]; then echo "$out/crane"; exit 0; fi
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod

@@ -11,6 +11,9 @@ promop_version=v0.85.0
 k8s_minor=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$(dirname "$0")/go/k8s/go.mod" | cut -d. -f2)
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/nodeagent
 out="$cache/helm-$helm_version-k8s-1.$k8s_minor"
+# One build of $out at a time (two runs would move each other's .tmp away): a second
+# run waits here, then finds it built.
+mkdir -p "$(dirname "$out")" && exec 9>"$out.lock" && flock 9
 crds="$cache/prometheus-operator-crds-$promop_version"
 export GOTOOLCHAIN=local CGO_ENABLED=0
 

@@ -9,6 +9,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 version=$(awk '/^require sigs.k8s.io\/karpenter v/ {print $NF; exit}' "$here/go/karpenter/go.mod")
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/nodeagent/karpenter
 out="$cache/$version"
+# One build of $out at a time (two runs would move each other's .tmp away): a second
+# run waits here, then finds it built.
+mkdir -p "$(dirname "$out")" && exec 9>"$out.lock" && flock 9
 if [ -x "$out/karpenter-kwok" ]; then echo "$out/karpenter-kwok"; exit 0; fi
 
 export GOTOOLCHAIN=go1.27.3 CGO_ENABLED=0 GOFLAGS=-mod=mod

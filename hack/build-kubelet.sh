@@ -12,6 +12,9 @@ NODEAGENT_K8S_VERSION=${NODEAGENT_KUBELET_VERSION:-${NODEAGENT_K8S_VERSION:-}}
 . "$here/go/k8s-ldflags.sh"
 cache=${NODEAGENT_KUBELET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nodeagent/kubelet}
 out="$cache/$k8s_version"
+# One build of $out at a time (two runs would move each other's .tmp away): a second
+# run waits here, then finds it built.
+mkdir -p "$(dirname "$out")" && exec 9>"$out.lock" && flock 9
 if [ -x "$out/kubelet" ]; then echo "$out/kubelet"; exit 0; fi
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod

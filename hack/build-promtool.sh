@@ -10,6 +10,9 @@ module="$here/go/prometheus"
 version=$(awk '$1 == "require" && $2 == "github.com/prometheus/prometheus" {print $3}' "$module/go.mod")
 key=$(cat "$0" "$module/go.sum" "$module/promql-names/main.go" | sha256sum | cut -c1-12)
 out=${XDG_CACHE_HOME:-$HOME/.cache}/nodeagent/promtool-$version-$key
+# One build of $out at a time (two runs would move each other's .tmp away): a second
+# run waits here, then finds it built.
+mkdir -p "$(dirname "$out")" && exec 9>"$out.lock" && flock 9
 if [ -x "$out/promtool" ] && [ -x "$out/promql-names" ]; then echo "$out"; exit 0; fi
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod

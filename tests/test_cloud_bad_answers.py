@@ -158,6 +158,26 @@ def as_is(n: Node) -> dict[str, Any]:
     }
 
 
+def settled(n: Node, ep: Endpoint) -> dict[str, Any]:
+    """The Node once the writes that follow a stand have landed: the agent's condition after
+    its drain-result annotation, the node controller's unschedulable taint after the cordon.
+    Read too early, a later write of the stand itself looks like a bad answer's change."""
+    unschedulable = ("node.kubernetes.io/unschedulable", "", "NoSchedule")
+    last: dict[str, Any] = {}
+
+    def steady() -> bool:
+        nonlocal last
+        now = as_is(n)
+        done = (ep.stands != "drained" or now["condition"]["reason"] == "Drained") and (
+            not now["cordoned"] or unschedulable in now["taints"]
+        )
+        same, last = now == last, now
+        return done and same
+
+    ku.wait_until(steady, 60, "the Node's writes of the standing warning", step=2)
+    return last
+
+
 def answers(fake: FakeEndpoint, paths: set[str], count: int, timeout: float) -> None:
     """Until each of `paths` got `count` more GETs."""
     seen = {p: fake.reads(p) for p in paths}
@@ -184,7 +204,7 @@ def test_bad_answers_change_nothing_on_the_node(standing: tuple[Node, Endpoint])
         ku.wait_until(n.cordoned, 30, "the warning's cordon")
     else:
         answers(ep.fake, ep.paths, 2, 30)
-    before = as_is(n)
+    before = settled(n, ep)
     assert before["cordoned"] == bool(ep.stands)
     events = n.events()
     drains = sum(
