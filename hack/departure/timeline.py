@@ -17,6 +17,7 @@ the `demo` extra's, never the agent's dependency, and is imported only to draw.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import sys
@@ -242,7 +243,8 @@ def load(path: Path) -> list[Panel]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m hack.departure.timeline", description="draw a departure's timeline"
+        prog=".venv/bin/python -m hack.departure.timeline",
+        description="draw a departure's timeline",
     )
     parser.add_argument("data", type=Path, help="the timeline's JSON (bench/demo.py writes it)")
     parser.add_argument("svg", type=Path, help="the SVG to write (the PNG goes beside it)")
@@ -253,6 +255,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"error: {args.data}: not a timeline's data ({exc})", file=sys.stderr)
         return 2
+    if importlib.util.find_spec("matplotlib") is None:
+        print(
+            "error: drawing needs matplotlib: run hack/setup, then .venv/bin/python",
+            file=sys.stderr,
+        )
+        return 69  # EX_UNAVAILABLE, as hack/preflight.py says a missing tool
     for path in draw(panels, args.svg, args.png):
         print(path)
     return 0
