@@ -27,9 +27,10 @@ from nodeagent.context import Context
 from nodeagent.departure.lockholder import LogindLockHolder
 from nodeagent.departure.sigterm import StopHandler
 from nodeagent.departure.worker import Departure
+from nodeagent.fence.others import KURED_LOCK
 from nodeagent.host.nodeclaim import AgentClaim, Claimant
 from nodeagent.kube import identity
-from nodeagent.kube.client import JSON, READ_TIMEOUT, Kube, KubeError
+from nodeagent.kube.client import JSON, READ_TIMEOUT, ApiError, Kube, KubeError
 from nodeagent.kube.credentials import Identity
 from nodeagent.kube.watch import STUCK_AFTER, Reflector, node_pods
 from nodeagent.report import httpd
@@ -203,6 +204,8 @@ class Agent:
         if self.cfg.leftovers.enabled:
             loops.append(Loop("leftovers", self._clean_leftovers, READ_TIMEOUT + 15))
         loops.append(Loop("warnings", self._watch_warnings, LONGEST_METADATA_READ))
+        if self.cfg.alongside.kured_daemonset:
+            loops.append(Loop("kured", self._watch_kured, STUCK_AFTER))
         return loops
 
     def stalled_loops(self) -> list[str]:
@@ -248,6 +251,43 @@ class Agent:
         ).start()
         try:
             self._follow(watch, loop, ctx)
+        finally:
+            watch.stop()
+
+    def _watch_kured(self, ctx: Context) -> None:
+        """kured's lock on its DaemonSet ([alongside] kured_daemonset), handed to the
+        departure worker. An identity not allowed to read it gets one line, and the
+        agent goes on seeing kured by its Node annotation only."""
+        where = self.cfg.alongside.kured_daemonset
+        namespace, _, name = where.partition("/")
+        watching = ctx.child()
+
+        def changed(kind: str, ds: JSON) -> None:
+            ann = ds["metadata"].get("annotations") or {}
+            self.departure.kured_lock("" if kind == "DELETED" else ann.get(KURED_LOCK, ""))
+
+        def refused(exc: ApiError) -> None:
+            log.warning(
+                "cannot read kured's lock on DaemonSet %s (%s): kured is seen only by its "
+                "annotation %s; grant get, list and watch on that DaemonSet "
+                "(docs/security.md) and restart the agent",
+                where,
+                exc,
+                "weave.works/kured-reboot-in-progress",
+            )
+            watching.cancel()
+
+        watch = Reflector(
+            self.kube,
+            f"/apis/apps/v1/namespaces/{namespace}/daemonsets",
+            resource="daemonsets",
+            field_selector=f"metadata.name={name}",
+            on_change=changed,
+            on_restart=lambda _why: metrics.WATCH_RESTARTS.labels("daemonsets").inc(),
+            on_forbidden=refused,
+        ).start()
+        try:
+            self._follow(watch, self._loop("kured"), watching)
         finally:
             watch.stop()
 
