@@ -115,30 +115,26 @@ def web(n: Node) -> list[JSON]:
     return [p for p in n.workload_pods() if p["metadata"]["labels"].get("app") == "web"]
 
 
-@pytest.mark.parametrize("granted", [True, False], ids=["lock read", "unset: a second drain"])
-def test_an_evacuation_beside_kureds_drain(
-    kured_node: Node, kubelet_conf: Path, granted: bool
-) -> None:
-    """kured (no --annotate-nodes) takes its lock and cordons, the first writes of its
-    drain; then the node gets the evacuate taint. With the lock readable the agent fences
-    beside kured's cordon and drains nothing; kured's failed drain then releases the lock
-    and uncordons (its order), and the agent drains the node itself. Unset, the agent
-    sees only a cordon, and drains at once beside kured."""
-    n = kured_node
+def kured_draining(n: Node, kubelet_conf: Path, granted: bool, ttl_ns: int = 0) -> Any:
+    """The agent under the kubelet's identity (with the chart's grant and the key, or
+    neither); kured (no --annotate-nodes) takes its lock and cordons, the first writes of
+    its drain; then the node gets the evacuate taint. Returns (agent, kured, the Node
+    kured read before its cordon)."""
     if granted:
-        grant = kured_lock_grant(n.kube, n.ns, ["identity=kubelet"])
+        kured_lock_grant(n.kube, n.ns, ["identity=kubelet"])
         ku.wait_until(lambda: reads_kured(kubelet_conf, n.ns), 20, "the grant authorized")
         assert not reads_kured(kubelet_conf, n.ns, "kured-other")  # that one DaemonSet only
     agent = agent_as_kubelet(n, kubelet_conf, f"{n.ns}/kured" if granted else "")
     ku.wait_until(lambda: "running; node needs no uncordon" in agent.output(), 20, "started")
-    kr = kured.Kured(n.kube, n.name, ds_namespace=n.ns)
+    kr = kured.Kured(n.kube, n.name, ds_namespace=n.ns, lock_ttl_ns=ttl_ns)
     before = api.get_node(n.kube, n.name)
     assert kr.acquire(unschedulable=False)
     kr.helper().cordon_or_uncordon(before, True)
     n.taint()
-    if not granted:
-        ku.wait_until(lambda: not web(n), 30, "the agent's own drain")
-        return
+    return agent, kr, before
+
+
+def stands_aside(n: Node, agent: AgentProcess) -> None:
     ku.wait_until(
         lambda: n.annotations().get(marker.DRAIN_REASON) == "evacuate", 15, "the agent's record"
     )
@@ -149,17 +145,45 @@ def test_an_evacuation_beside_kureds_drain(
     assert "cannot read kured's lock" not in agent.output()
     assert not has_our_taint(n.obj())  # the kubelet's identity: the cordon is the fence
 
+
+def test_an_evacuation_beside_kureds_drain_stands_aside_until_it_gives_up(
+    kured_node: Node, kubelet_conf: Path
+) -> None:
+    """With the lock readable the agent fences beside kured's cordon and drains nothing;
+    kured's failed drain then releases the lock and uncordons (its order), and the agent
+    drains the node itself."""
+    n = kured_node
+    agent, kr, before = kured_draining(n, kubelet_conf, granted=True)
+    stands_aside(n, agent)
     start = time.monotonic()
     kr.release()
     kr.uncordon(before)  # main.go: "best-effort uncordon after failed cordon and drain"
     ku.wait_until(lambda: not web(n), 30, "the evacuation's own drain")
     print(f"kured gave the node back: the agent drained it in {time.monotonic() - start:.2f}s")
-    after = n.obj()
-    assert after["spec"].get("unschedulable")
-    assert after["metadata"]["annotations"][marker.CORDONED_BY] == "nodeagent"
-    for doc in grant:
-        kind = doc["kind"].lower()
-        n.kube.delete(f"{RBAC}/namespaces/{n.ns}/{kind}s/{doc['metadata']['name']}")
+    # Whether kured's uncordon lands before the agent's cordon (then the cordon is the
+    # agent's) or after its record under kured's cordon (then it is lifted, and the agent,
+    # which may not taint under this identity, leaves it), the evacuate taint keeps new pods
+    # off, and the drain is the agent's.
+    assert n.annotations()[marker.DRAIN_REASON] == "evacuate"
+    time.sleep(1)
+    assert not web(n) and len(ku.running(ku.pods_on(n.kube, n.spare))) >= 2
+
+
+def test_an_expired_kured_lock_is_no_drain(kured_node: Node, kubelet_conf: Path) -> None:
+    """kured's --lock-ttl ran out (daemonsetlock.go ttlExpired): the lock counts for
+    nothing, with no write on the DaemonSet; the agent's evacuation drains."""
+    n = kured_node
+    agent, _kr, _before = kured_draining(n, kubelet_conf, granted=True, ttl_ns=6 * 10**9)
+    stands_aside(n, agent)
+    ku.wait_until(lambda: not web(n), 30, "the evacuation's drain once the lock expired")
+
+
+def test_unset_the_agent_drains_beside_kured(kured_node: Node, kubelet_conf: Path) -> None:
+    """The baseline: the key unset, kured's drain is a cordon like a person's, and the
+    evacuation drains at once beside kured: a second drainer."""
+    n = kured_node
+    kured_draining(n, kubelet_conf, granted=False)
+    ku.wait_until(lambda: not web(n), 30, "the agent's own drain")
 
 
 def test_without_the_grant_one_line_and_the_agent_goes_on(

@@ -16,6 +16,8 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
+from datetime import UTC, datetime
 from types import FrameType
 
 from nodeagent import metrics
@@ -27,7 +29,7 @@ from nodeagent.context import Context
 from nodeagent.departure.lockholder import LogindLockHolder
 from nodeagent.departure.sigterm import StopHandler
 from nodeagent.departure.worker import Departure
-from nodeagent.fence.others import KURED_LOCK
+from nodeagent.fence.others import KURED_LOCK, kured_holds
 from nodeagent.host.nodeclaim import AgentClaim, Claimant
 from nodeagent.kube import identity
 from nodeagent.kube.client import JSON, READ_TIMEOUT, ApiError, Kube, KubeError
@@ -262,9 +264,14 @@ class Agent:
         namespace, _, name = where.partition("/")
         watching = ctx.child()
 
-        def changed(kind: str, ds: JSON) -> None:
-            ann = ds["metadata"].get("annotations") or {}
-            self.departure.kured_lock("" if kind == "DELETED" else ann.get(KURED_LOCK, ""))
+        def publish() -> None:
+            # From the mirror, not the event, and at every tick too: a relist drops a
+            # DaemonSet deleted meanwhile without a DELETED, and a lock's TTL runs out
+            # with no change at all.
+            held = [(o["metadata"].get("annotations") or {}) for o in watch.snapshot()]
+            lock = next((a[KURED_LOCK] for a in held if KURED_LOCK in a), "")
+            now = datetime.now(UTC)
+            self.departure.kured_lock(kured_holds(lock, self.node_name, now, where))
 
         def refused(exc: ApiError) -> None:
             log.warning(
@@ -282,12 +289,13 @@ class Agent:
             f"/apis/apps/v1/namespaces/{namespace}/daemonsets",
             resource="daemonsets",
             field_selector=f"metadata.name={name}",
-            on_change=changed,
+            on_change=lambda _kind, _ds: publish(),
             on_restart=lambda _why: metrics.WATCH_RESTARTS.labels("daemonsets").inc(),
             on_forbidden=refused,
-        ).start()
+        )
+        watch.start()  # once `watch` is bound: its handler reads it
         try:
-            self._follow(watch, self._loop("kured"), watching)
+            self._follow(watch, self._loop("kured"), watching, publish)
         finally:
             watch.stop()
 
@@ -324,10 +332,14 @@ class Agent:
         self._sigterm.set()
 
     @staticmethod
-    def _follow(watch: Reflector, loop: Loop, ctx: Context) -> None:
-        """Beat while the watch makes progress; its last list or event is the success."""
+    def _follow(
+        watch: Reflector, loop: Loop, ctx: Context, tick: Callable[[], None] = lambda: None
+    ) -> None:
+        """Beat while the watch makes progress; its last list or event is the success.
+        `tick`: called every second."""
         seen = 0.0
         while not ctx.wait(1.0):
+            tick()
             if watch.stats.progressed_within(loop.max_silence):
                 loop.beat()
             if watch.stats.last_success != seen:

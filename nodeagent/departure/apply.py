@@ -12,7 +12,6 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 from nodeagent.config import Config
 from nodeagent.context import Context
@@ -24,7 +23,7 @@ from nodeagent.departure.warnings import CloudWarnings
 from nodeagent.drain.engine import DrainResult
 from nodeagent.fence import marker
 from nodeagent.fence.decision import Decision, Observed, decide
-from nodeagent.fence.others import Others, kured_holds, other_handler
+from nodeagent.fence.others import Others, other_handler
 from nodeagent.kube.client import JSON, Kube, KubeError
 from nodeagent.types import FINISHED, Notice, Occasion, Policy, Reason, Step
 
@@ -225,19 +224,12 @@ class Applier:
             warning_ids=heard.ids,
             warning_departed=marker.departed_note(node),
             may_taint=self.executor.may_taint,
-            others=Others.of(node, self._kured_holds()),
+            others=Others.of(node, self.state.kured_lock),
             handler=other_handler(self.cfg.warnings.other_handler, self.state.handler_seen),
             contested=self.state.refences.contested(
                 marker.NodeFence.of(node).started_at, time.monotonic()
             ),
         )
-
-    def _kured_holds(self) -> str:
-        """kured's lock on its DaemonSet, where it names this node and is not expired."""
-        with self.state.lock:
-            lock = self.state.kured_lock
-        where = self.cfg.alongside.kured_daemonset
-        return kured_holds(lock, self.cfg.node_name, datetime.now(UTC), where) if lock else ""
 
     def _apply(
         self,

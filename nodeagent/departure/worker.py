@@ -172,8 +172,9 @@ class Departure:
             running.ctx.cancel()
 
     def kured_lock(self, lock: str) -> None:
-        """kured's lock annotation on its DaemonSet as watched ("" when none): a change
-        is decided on at once (kured takes the lock, then cordons and drains)."""
+        """kured's lock on its DaemonSet naming this node, as evidence ("" when none, or
+        expired): a change is decided on at once (kured takes the lock, then cordons and
+        drains; a failed drain releases it)."""
         with self._lock:
             changed, self.state.kured_lock = self.state.kured_lock != lock, lock
         if changed:
