@@ -120,6 +120,14 @@ def test_schema_rejects(value: str, message: str) -> None:
     assert "values don't meet the specifications of the schema" in done.stderr
 
 
+def test_kured_daemonset_is_named_once() -> None:
+    """The grant and the key name one DaemonSet: a config key naming another fails."""
+    other = "config.alongside.kured_daemonset=other/kured"
+    done = helm("template", "x", str(CHART), "--set", KURED[0], "--set", other, check=False)
+    assert done.returncode == 1, done.stdout
+    assert "config.alongside.kured_daemonset (other/kured) is not kured.daemonSet" in done.stderr
+
+
 def test_kube_version_floor() -> None:
     """A pod-bound token names its node from 1.32: the own-node policy needs it."""
     done = helm("template", "x", str(CHART), "--kube-version", "1.31.0", check=False)

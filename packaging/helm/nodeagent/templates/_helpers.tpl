@@ -48,9 +48,10 @@ kured's DaemonSet from kured.daemonSet. */}}
 {{- $_ := set $cfg "reporting" $reporting -}}
 {{- if .Values.kured.daemonSet -}}
 {{- $alongside := default (dict) $cfg.alongside -}}
-{{- if not (hasKey $alongside "kured_daemonset") -}}
-{{- $_ := set $alongside "kured_daemonset" .Values.kured.daemonSet -}}
+{{- if and (hasKey $alongside "kured_daemonset") (ne (toString $alongside.kured_daemonset) .Values.kured.daemonSet) -}}
+{{- fail (printf "config.alongside.kured_daemonset (%v) is not kured.daemonSet (%s), the DaemonSet the chart grants reading: set kured.daemonSet only" $alongside.kured_daemonset .Values.kured.daemonSet) -}}
 {{- end -}}
+{{- $_ := set $alongside "kured_daemonset" .Values.kured.daemonSet -}}
 {{- $_ := set $cfg "alongside" $alongside -}}
 {{- end -}}
 {{- toToml $cfg -}}
