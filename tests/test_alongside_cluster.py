@@ -17,11 +17,14 @@ from hack import kubeutil as ku
 from hack.actors import api, cluster_autoscaler, kured
 from hack.agentproc import AgentProcess
 from hack.chart import objects, render
-from nodeagent.departure.executor import AutoscalerHold
+from nodeagent.config import Config
+from nodeagent.departure.executor import AutoscalerHold, FenceExecutor
 from nodeagent.fence import marker
 from nodeagent.fence.others import DELAY_DELETION
 from nodeagent.kube import identity
 from nodeagent.kube.client import JSON, Kube
+from nodeagent.report.conditions import ConditionWriter
+from nodeagent.report.events import EventRecorder
 from tests.test_evacuate import Node, node
 from tests.test_fence_actors import has_our_taint
 
@@ -53,6 +56,23 @@ def test_a_killed_agents_deletion_hold_goes_at_the_next_start(node: Node) -> Non
     assert not cluster_autoscaler.has_delay_deletion(node.obj())
     assert api.has_taint(node.obj(), cluster_autoscaler.TO_BE_DELETED)  # theirs stays
     assert took < 10
+
+
+def test_a_hold_a_drain_has_now_is_not_stale(node: Node, kube: Kube) -> None:
+    """The clean-up and a drain's hold share the executor's guard: what a running wait
+    holds stays; once that wait let it go, a leftover would go."""
+    cluster_autoscaler.ClusterAutoscaler(kube).mark_to_be_deleted(node.name)
+    events, report = EventRecorder(kube, node.name), ConditionWriter(kube, node.name)
+    executor = FenceExecutor(Config(node=node.name), kube, events, report, lambda _r, _m: None)
+    hold = executor.deletion_hold(node.obj())
+    hold.hold("poweroff: 1 volume(s) detaching")
+    assert not executor.release_stale_hold(node.obj())
+    assert cluster_autoscaler.has_delay_deletion(node.obj())
+    hold.release()
+    assert not cluster_autoscaler.has_delay_deletion(node.obj())
+    AutoscalerHold(kube, node.name, "a killed agent's").hold("x")
+    assert executor.release_stale_hold(node.obj())
+    assert not cluster_autoscaler.has_delay_deletion(node.obj())
 
 
 # -- kured's lock, under the kubelet's identity ------------------------------------------------

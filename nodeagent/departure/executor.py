@@ -391,6 +391,13 @@ class FenceExecutor:
                 self.events.node(node, "RefenceContested", contested, WARNING)
         return written
 
+    def deletion_hold(self, node: JSON) -> AutoscalerHold:
+        """A drain's hold on the autoscaler's deletion of `node` (nothing where it is not
+        removing it), known to the after-start clean-up, which leaves what it holds."""
+        who = Others.of(node).autoscaler_removing
+        self._hold = AutoscalerHold(self.kube, self.cfg.node_name, who, self._holds)
+        return self._hold
+
     def release_stale_hold(self, node: JSON) -> bool:
         """After start: the delay-deletion annotation on `node` (read from the API) that no
         drain of this agent holds is a killed agent's (one agent per node: its claim
@@ -455,8 +462,7 @@ class FenceExecutor:
         what = describe(decision)
         other = decision.wait_for
         settle = (lambda d: wait_for_other_drain(d, other, reason)) if other else None
-        who = Others.of(node).autoscaler_removing
-        self._hold = hold = AutoscalerHold(self.kube, self.cfg.node_name, who, self._holds)
+        hold = self.deletion_hold(node)
         try:
             result = cordon_then_drain(
                 drain,
