@@ -2,8 +2,8 @@
 
 The loops: the own-Node watch (feeding the departure worker and the reporter), the
 departure worker (nodeagent/departure/worker.py), the heartbeat, logind's delay inhibitor, the
-own-pods watch, the cloud's early warnings, the one-shot reconcile after start and the
-leftovers pass. See
+own-pods watch, the cloud's early warnings, kured's DaemonSet (opt-in: its lock), the
+one-shot reconcile after start and the leftovers pass. See
 docs/architecture.md for who owns what.
 
 Every loop restarts itself after errors with backoff, forever, and records its last
