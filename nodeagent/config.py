@@ -40,6 +40,7 @@ FORMS = ("host", "pod")
 
 # A Node name is a DNS subdomain (RFC 1123), as the API server validates it.
 _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _HTTP_URL = re.compile(r"http://(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?/?")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -239,6 +240,19 @@ class ReportingConfig:
 
 
 @dataclass
+class AlongsideConfig:
+    """What the agent reads of the other actors beyond its own Node (README, "Alongside
+    other tools")."""
+
+    # Opt-in: kured's DaemonSet ("namespace/name", kured's --ds-namespace/--ds-name, e.g.
+    # kube-system/kured), whose annotation weave.works/kured-node-lock is kured's reboot
+    # lock. The agent watches that one object (get, list and watch on it by resourceNames)
+    # and counts kured's drain as another drainer's while the lock names this node. Unset:
+    # kured is seen only by its --annotate-nodes annotation on the Node.
+    kured_daemonset: str = field(default="", metadata={"check": "namespaced_name"})
+
+
+@dataclass
 class Config:
     node: str = field(default="", metadata={"check": "node_name"})
     kubeconfig: str = ""
@@ -258,6 +272,7 @@ class Config:
     rejection: RejectionConfig = field(default_factory=RejectionConfig)
     leftovers: LeftoversConfig = field(default_factory=LeftoversConfig)
     reporting: ReportingConfig = field(default_factory=ReportingConfig)
+    alongside: AlongsideConfig = field(default_factory=AlongsideConfig)
 
     @property
     def node_name(self) -> str:
@@ -320,6 +335,8 @@ def _check(f: dataclasses.Field[Any], value: Any) -> Any:
         _check_address(value)
     if f.metadata.get("check") == "absolute" and value and not value.startswith("/"):
         raise ValueError(f"{value!r} is not an absolute path")
+    if f.metadata.get("check") == "namespaced_name" and value:
+        _check_namespaced_name(value)
     if f.metadata.get("check") == "url" and value and not _HTTP_URL.fullmatch(value):
         raise ValueError(f"{value!r} is not an http:// URL (e.g. http://169.254.169.254)")
     return value
@@ -327,6 +344,15 @@ def _check(f: dataclasses.Field[Any], value: Any) -> Any:
 
 def is_node_name(name: str) -> bool:
     return len(name) <= 253 and _NODE_NAME.fullmatch(name) is not None
+
+
+def _check_namespaced_name(value: str) -> None:
+    namespace, sep, name = value.partition("/")
+    if not sep or not _NAMESPACE.fullmatch(namespace) or not is_node_name(name):
+        raise ValueError(
+            f"{value!r} is not NAMESPACE/NAME (lowercase letters, digits, '-' and '.'; "
+            "e.g. kube-system/kured)"
+        )
 
 
 def _check_address(address: str) -> None:

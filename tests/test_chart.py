@@ -51,6 +51,8 @@ NON_DEFAULT = [
     "podSecurityContext.seLinuxOptions.type=super_t",
 ]
 KUBELET = ["identity=kubelet", "kubeletIdentity.kubeconfig=/var/lib/kubelet/kubeconfig"]
+# Its Role goes into kured's namespace (tests/test_alongside_cluster.py creates it for real).
+KURED = ["kured.daemonSet=kube-system/kured"]
 
 
 def crd_dir() -> Path:
@@ -95,7 +97,7 @@ def crd_established(kube: Kube, kind: str) -> bool:
 
 
 def test_lint_strict() -> None:
-    for values in ([], NON_DEFAULT, KUBELET):
+    for values in ([], NON_DEFAULT, KUBELET, KURED, KUBELET + KURED):
         sets = [arg for v in values for arg in ("--set", v)]
         done = helm("lint", "--strict", str(CHART), *sets, check=False)
         assert done.returncode == 0, done.stdout + done.stderr
@@ -109,12 +111,21 @@ def test_lint_strict() -> None:
         ("identity=root", "at '/identity': value must be one of"),
         ("image.digest=latest", "at '/image/digest': 'latest' does not match pattern"),
         ("metric.port=1", "additional properties 'metric' not allowed"),
+        ("kured.daemonSet=kured", "at '/kured/daemonSet': 'kured' does not match pattern"),
     ],
 )
 def test_schema_rejects(value: str, message: str) -> None:
     done = helm("template", "x", str(CHART), "--set", value, check=False)
     assert done.returncode == 1 and message in done.stderr, done.stderr
     assert "values don't meet the specifications of the schema" in done.stderr
+
+
+def test_kured_daemonset_is_named_once() -> None:
+    """The grant and the key name one DaemonSet: a config key naming another fails."""
+    other = "config.alongside.kured_daemonset=other/kured"
+    done = helm("template", "x", str(CHART), "--set", KURED[0], "--set", other, check=False)
+    assert done.returncode == 1, done.stdout
+    assert "config.alongside.kured_daemonset (other/kured) is not kured.daemonSet" in done.stderr
 
 
 def test_kube_version_floor() -> None:
@@ -148,7 +159,7 @@ def test_config_is_valid_for_the_agent(tmp_path: Path) -> None:
     """The rendered config.toml loads in the agent itself: a key the chart invents fails."""
     from nodeagent import config
 
-    for values in ([], NON_DEFAULT):
+    for values in ([], NON_DEFAULT, KURED):
         docs = objects(render("r", "ns", values))
         (cm,) = [o for o in docs if o["kind"] == "ConfigMap" and "config.toml" in o["data"]]
         path = tmp_path / "config.toml"

@@ -2,8 +2,8 @@
 
 The loops: the own-Node watch (feeding the departure worker and the reporter), the
 departure worker (nodeagent/departure/worker.py), the heartbeat, logind's delay inhibitor, the
-own-pods watch, the cloud's early warnings, the one-shot reconcile after start and the
-leftovers pass. See
+own-pods watch, the cloud's early warnings, kured's DaemonSet (opt-in: its lock), the
+one-shot reconcile after start and the leftovers pass. See
 docs/architecture.md for who owns what.
 
 Every loop restarts itself after errors with backoff, forever, and records its last
@@ -16,6 +16,8 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
+from datetime import UTC, datetime
 from types import FrameType
 
 from nodeagent import metrics
@@ -27,9 +29,10 @@ from nodeagent.context import Context
 from nodeagent.departure.lockholder import LogindLockHolder
 from nodeagent.departure.sigterm import StopHandler
 from nodeagent.departure.worker import Departure
+from nodeagent.fence.others import KURED_LOCK, kured_holds
 from nodeagent.host.nodeclaim import AgentClaim, Claimant
 from nodeagent.kube import identity
-from nodeagent.kube.client import JSON, READ_TIMEOUT, Kube, KubeError
+from nodeagent.kube.client import JSON, READ_TIMEOUT, ApiError, Kube, KubeError
 from nodeagent.kube.credentials import Identity
 from nodeagent.kube.watch import STUCK_AFTER, Reflector, node_pods
 from nodeagent.report import httpd
@@ -203,6 +206,8 @@ class Agent:
         if self.cfg.leftovers.enabled:
             loops.append(Loop("leftovers", self._clean_leftovers, READ_TIMEOUT + 15))
         loops.append(Loop("warnings", self._watch_warnings, LONGEST_METADATA_READ))
+        if self.cfg.alongside.kured_daemonset:
+            loops.append(Loop("kured", self._watch_kured, STUCK_AFTER))
         return loops
 
     def stalled_loops(self) -> list[str]:
@@ -251,6 +256,49 @@ class Agent:
         finally:
             watch.stop()
 
+    def _watch_kured(self, ctx: Context) -> None:
+        """kured's lock on its DaemonSet ([alongside] kured_daemonset), handed to the
+        departure worker. An identity not allowed to read it gets one line, and the
+        agent goes on seeing kured by its Node annotation only."""
+        where = self.cfg.alongside.kured_daemonset
+        namespace, _, name = where.partition("/")
+        watching = ctx.child()
+
+        def publish() -> None:
+            # From the mirror, not the event, and at every tick too: a relist drops a
+            # DaemonSet deleted meanwhile without a DELETED, and a lock's TTL runs out
+            # with no change at all.
+            held = [(o["metadata"].get("annotations") or {}) for o in watch.snapshot()]
+            lock = next((a[KURED_LOCK] for a in held if KURED_LOCK in a), "")
+            now = datetime.now(UTC)
+            self.departure.kured_lock(kured_holds(lock, self.node_name, now, where))
+
+        def refused(exc: ApiError) -> None:
+            log.warning(
+                "cannot read kured's lock on DaemonSet %s (%s): kured is seen only by its "
+                "annotation %s; grant get, list and watch on that DaemonSet "
+                "(docs/security.md) and restart the agent",
+                where,
+                exc,
+                "weave.works/kured-reboot-in-progress",
+            )
+            watching.cancel()
+
+        watch = Reflector(
+            self.kube,
+            f"/apis/apps/v1/namespaces/{namespace}/daemonsets",
+            resource="daemonsets",
+            field_selector=f"metadata.name={name}",
+            on_change=lambda _kind, _ds: publish(),
+            on_restart=lambda _why: metrics.WATCH_RESTARTS.labels("daemonsets").inc(),
+            on_forbidden=refused,
+        )
+        watch.start()  # once `watch` is bound: its handler reads it
+        try:
+            self._follow(watch, self._loop("kured"), watching, publish)
+        finally:
+            watch.stop()
+
     def _watch_pods(self, ctx: Context) -> None:
         from nodeagent.rejection.controller import RejectionController
 
@@ -284,10 +332,14 @@ class Agent:
         self._sigterm.set()
 
     @staticmethod
-    def _follow(watch: Reflector, loop: Loop, ctx: Context) -> None:
-        """Beat while the watch makes progress; its last list or event is the success."""
+    def _follow(
+        watch: Reflector, loop: Loop, ctx: Context, tick: Callable[[], None] = lambda: None
+    ) -> None:
+        """Beat while the watch makes progress; its last list or event is the success.
+        `tick`: called every second."""
         seen = 0.0
         while not ctx.wait(1.0):
+            tick()
             if watch.stats.progressed_within(loop.max_silence):
                 loop.beat()
             if watch.stats.last_success != seen:

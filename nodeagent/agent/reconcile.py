@@ -1,5 +1,6 @@
-"""After start: record the boot, and undo the agent's shutdown cordon once the node can
-run pods again (Ready, the named DaemonSets Ready, settled).
+"""After start: record the boot, release the autoscaler's hold a stopped agent left, and
+undo the agent's shutdown cordon once the node can run pods again (Ready, the named
+DaemonSets Ready, settled).
 
 This loop only waits and reports; the undo itself is the departure worker's (a `settled`
 signal), so it is ordered with every shutdown and evacuation, and the decision is the
@@ -63,6 +64,8 @@ class AfterStart:
         self.beat = beat
         node = marker.get_node(self.kube, self.cfg.node_name)
         unclean = self._check_unclean_shutdown(node)
+        # A stopped agent's hold on the autoscaler's deletion, from what the API says.
+        self.departure.executor.release_stale_hold(node)
         node = self._wait_evacuation_over(node, ctx)
         state = marker.NodeFence.of(node)
         if ctx.cancelled or not _shutdown_marked(node):

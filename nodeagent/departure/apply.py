@@ -224,7 +224,7 @@ class Applier:
             warning_ids=heard.ids,
             warning_departed=marker.departed_note(node),
             may_taint=self.executor.may_taint,
-            others=Others.of(node),
+            others=Others.of(node, self.state.kured_lock),
             handler=other_handler(self.cfg.warnings.other_handler, self.state.handler_seen),
             contested=self.state.refences.contested(
                 marker.NodeFence.of(node).started_at, time.monotonic()

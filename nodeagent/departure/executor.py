@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from nodeagent.drain.engine import Drain, DrainOptions, DrainResult
 from nodeagent.drain.phases import Phase
 from nodeagent.fence import marker
 from nodeagent.fence.decision import Decision
-from nodeagent.fence.others import Others
+from nodeagent.fence.others import Others, stale_hold
 from nodeagent.fence.refence import CONTESTED_AFTER, Refences, last_writer
 from nodeagent.fence.warning import marker_notes
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError
@@ -262,18 +263,23 @@ class AutoscalerHold:
     """While the drain waits for its volumes to detach on a node the Cluster Autoscaler is
     removing (`who`, its taint), its delay-deletion annotation holds the VM's deletion
     (the autoscaler waits while any is there, up to --node-deletion-delay-timeout); it goes
-    when the wait ends, however it ends."""
+    when the wait ends, however it ends. `guard`: the executor's, held across each write
+    and the after-start clean-up (`FenceExecutor.release_stale_hold`)."""
 
-    def __init__(self, kube: Kube, name: str, who: str) -> None:
+    def __init__(
+        self, kube: Kube, name: str, who: str, guard: threading.Lock | None = None
+    ) -> None:
         self.kube, self.name, self.who = kube, name, who
+        self.guard = guard or threading.Lock()
         self.held = False
 
     def hold(self, why: str) -> None:
         if not self.who or self.held:
             return
         try:
-            marker.hold_deletion(self.kube, self.name, why)
-            self.held = True
+            with self.guard:
+                marker.hold_deletion(self.kube, self.name, why)
+                self.held = True
             log.info("holding %s's deletion while %s", self.who, why)
         except KubeError as exc:
             log.warning("could not hold the autoscaler's deletion: %s", exc)
@@ -282,8 +288,9 @@ class AutoscalerHold:
         if not self.held:
             return
         try:
-            marker.hold_deletion(self.kube, self.name, None)
-            self.held = False
+            with self.guard:
+                marker.hold_deletion(self.kube, self.name, None)
+                self.held = False
         except KubeError as exc:
             log.warning("could not release the autoscaler's deletion: %s", exc)
 
@@ -312,6 +319,9 @@ class FenceExecutor:
         self.pods = pods  # the daemon's one watch of the node's pods
         self.refences = refences if refences is not None else Refences()
         self.may_taint = may_taint
+        # The delay-deletion annotation's one writer: the running drain's hold, if any.
+        self._holds = threading.Lock()
+        self._hold: AutoscalerHold | None = None
 
     def apply(
         self, decision: Decision, node: JSON, ctx: Context, budget: Budget | None = None
@@ -381,6 +391,26 @@ class FenceExecutor:
                 self.events.node(node, "RefenceContested", contested, WARNING)
         return written
 
+    def deletion_hold(self, node: JSON) -> AutoscalerHold:
+        """A drain's hold on the autoscaler's deletion of `node` (nothing where it is not
+        removing it), known to the after-start clean-up, which leaves what it holds."""
+        who = Others.of(node).autoscaler_removing
+        self._hold = AutoscalerHold(self.kube, self.cfg.node_name, who, self._holds)
+        return self._hold
+
+    def release_stale_hold(self, node: JSON) -> bool:
+        """After start: the delay-deletion annotation on `node` (read from the API) that no
+        drain of this agent holds is a killed agent's (one agent per node: its claim
+        file), and goes; else the autoscaler waits its whole timeout for it. Returns
+        whether it was removed."""
+        with self._holds:
+            left = stale_hold(node, self._hold is not None and self._hold.held)
+            if not left:
+                return False
+            marker.hold_deletion(self.kube, self.cfg.node_name, None)
+        log.info("removed the autoscaler's delay-deletion hold a stopped agent left (%s)", left)
+        return True
+
     def record_boot(self, boot: str) -> None:
         """Note on the Node the boot the agent started in (after start, by the reconcile)."""
         marker.record_boot(self.kube, self.cfg.node_name, boot)
@@ -432,7 +462,7 @@ class FenceExecutor:
         what = describe(decision)
         other = decision.wait_for
         settle = (lambda d: wait_for_other_drain(d, other, reason)) if other else None
-        hold = AutoscalerHold(self.kube, self.cfg.node_name, Others.of(node).autoscaler_removing)
+        hold = self.deletion_hold(node)
         try:
             result = cordon_then_drain(
                 drain,
@@ -447,6 +477,7 @@ class FenceExecutor:
             )
         finally:
             hold.release()
+            self._hold = None
         self._record(reason, what, result, budget)
         return result
 

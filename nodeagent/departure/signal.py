@@ -55,3 +55,4 @@ class State:
     refences: Refences = field(default_factory=Refences)  # cordons put back, this departure
     deleted: str = ""  # the UID of the own Node deleted from the API, until one registers
     handler_seen: str = ""  # another handler of the cloud's notices, seen on this Node
+    kured_lock: str = ""  # kured's lock naming this node ([alongside]), as others.kured_holds says

@@ -171,6 +171,15 @@ class Departure:
         if running is not None:
             running.ctx.cancel()
 
+    def kured_lock(self, lock: str) -> None:
+        """kured's lock on its DaemonSet naming this node, as evidence ("" when none, or
+        expired): a change is decided on at once (kured takes the lock, then cordons and
+        drains; a failed drain releases it)."""
+        with self._lock:
+            changed, self.state.kured_lock = self.state.kured_lock != lock, lock
+        if changed:
+            self._node_changed()
+
     def warned(self, notices: tuple[Notice, ...]) -> None:
         """The cloud's early warnings as the metadata endpoint shows them now (every
         read); never blocks. A change of the warning that acts is decided on at once."""

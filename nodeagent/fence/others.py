@@ -9,7 +9,9 @@ actor's own code (docs/architecture.md, "Beside the other actors"):
   (it drains, then deletes the instance); its reboot (v1.15): the taint
   karpenter.sh/rebooting; its disruption candidate: the taint karpenter.sh/disrupted without
   a deletion (not a drain yet: it drains only once the Node is deleted);
-- kured: its annotation weave.works/kured-reboot-in-progress (with --annotate-nodes);
+- kured: its annotation weave.works/kured-reboot-in-progress (with --annotate-nodes), or
+  its lock naming this node on its own DaemonSet (`kured_holds`, where `[alongside]
+  kured_daemonset` names it: the lock is not on the Node);
 - Cluster API: the join-time annotation cluster.x-k8s.io/machine (its drain writes nothing
   else on the Node, so its cordon and a person's look the same);
 - the clouds' other interruption handlers: aws-node-termination-handler's labels and taints
@@ -19,7 +21,9 @@ actor's own code (docs/architecture.md, "Beside the other actors"):
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from datetime import datetime
 
 from nodeagent.kube.client import JSON
 from nodeagent.types import Handler
@@ -29,6 +33,8 @@ KARPENTER_FINALIZER = "karpenter.sh/termination"
 KARPENTER_REBOOTING = "karpenter.sh/rebooting"
 KARPENTER_DISRUPTED = "karpenter.sh/disrupted"
 KURED_IN_PROGRESS = "weave.works/kured-reboot-in-progress"
+# kured's lock on its DaemonSet (cmd/kured/main.go KuredNodeLockAnnotation, tag 1.23.0).
+KURED_LOCK = "weave.works/kured-node-lock"
 CAPI_MACHINE = "cluster.x-k8s.io/machine"
 NTH = "aws-node-termination-handler"
 NTH_PREFIX = NTH + "/"
@@ -57,7 +63,8 @@ class Others:
     aks_remediator: str = ""
 
     @classmethod
-    def of(cls, node: JSON) -> Others:
+    def of(cls, node: JSON, kured_lock: str = "") -> Others:
+        """`kured_lock`: kured's lock naming this node, as `kured_holds` says it."""
         meta = node.get("metadata") or {}
         ann = meta.get("annotations") or {}
         labels = meta.get("labels") or {}
@@ -84,7 +91,9 @@ class Others:
                 else ""
             ),
             kured_rebooting=(
-                f"kured (annotation {KURED_IN_PROGRESS})" if KURED_IN_PROGRESS in ann else ""
+                f"kured (annotation {KURED_IN_PROGRESS})"
+                if KURED_IN_PROGRESS in ann
+                else kured_lock
             ),
             capi_managed=(
                 f"cluster-api (Machine {ann[CAPI_MACHINE]})" if CAPI_MACHINE in ann else ""
@@ -141,3 +150,49 @@ def standing_aside(handler: str) -> str:
         f"cloud warnings: {handler} handles them here; nodeagent stands aside (the "
         "OS-shutdown path stays on)"
     )
+
+
+def kured_holds(lock: str, node: str, now: datetime, where: str = "") -> str:
+    """kured's lock (`lock`, the annotation's text on its DaemonSet `where`) held for
+    `node` at `now`, as evidence, or "" (none, another node's, expired, unreadable).
+
+    pkg/daemonsetlock/daemonsetlock.go (tag 1.23.0): one holder {"nodeID", "metadata":
+    {"unschedulable"}, "created", "TTL"} (--concurrency 1), or {"maxOwners", "locks": [...]}
+    of them; a TTL (nanoseconds, 0: none) past `created` is no lock (ttlExpired)."""
+    try:
+        value = json.loads(lock) if lock else {}
+    except ValueError:
+        return ""
+    holders = value.get("locks") if isinstance(value, dict) and "locks" in value else [value]
+    for held in holders if isinstance(holders, list) else []:
+        if not isinstance(held, dict) or held.get("nodeID") != node:
+            continue
+        created = _rfc3339(held.get("created"))
+        ttl = held.get("TTL") or 0
+        age_ns = (now - created).total_seconds() * 1e9 if created else 0.0
+        if isinstance(ttl, int) and 0 < ttl <= age_ns:
+            return ""  # ttlExpired
+        since = f", since {held.get('created')}" if created else ""
+        return f"kured (lock {KURED_LOCK} on DaemonSet {where or '?'}{since})"
+    return ""
+
+
+def _rfc3339(text: object) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return stamp if stamp.tzinfo else None
+
+
+def stale_hold(node: JSON, holding: bool) -> str:
+    """The agent's delay-deletion annotation on `node` that no wait of this agent holds
+    (`holding`: a drain's AutoscalerHold has it now), as its value, else "". Left by an
+    agent killed while its drain waited for volumes: the autoscaler would wait its full
+    --node-deletion-delay-timeout for it."""
+    ann = (node.get("metadata") or {}).get("annotations") or {}
+    if holding or DELAY_DELETION not in ann:
+        return ""
+    return str(ann[DELAY_DELETION]) or "(empty)"

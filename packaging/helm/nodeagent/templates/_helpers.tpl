@@ -37,7 +37,8 @@ install. */}}
 {{- $ref -}}
 {{- end -}}
 
-{{/* config.toml: the user's config with the metrics address set from metrics.port. */}}
+{{/* config.toml: the user's config with the metrics address set from metrics.port, and
+kured's DaemonSet from kured.daemonSet. */}}
 {{- define "nodeagent.configToml" -}}
 {{- $cfg := deepCopy .Values.config -}}
 {{- $reporting := default (dict) $cfg.reporting -}}
@@ -45,5 +46,13 @@ install. */}}
 {{- $_ := set $reporting "metrics_address" (printf "0.0.0.0:%d" (int .Values.metrics.port)) -}}
 {{- end -}}
 {{- $_ := set $cfg "reporting" $reporting -}}
+{{- if .Values.kured.daemonSet -}}
+{{- $alongside := default (dict) $cfg.alongside -}}
+{{- if and (hasKey $alongside "kured_daemonset") (ne (toString $alongside.kured_daemonset) .Values.kured.daemonSet) -}}
+{{- fail (printf "config.alongside.kured_daemonset (%v) is not kured.daemonSet (%s), the DaemonSet the chart grants reading: set kured.daemonSet only" $alongside.kured_daemonset .Values.kured.daemonSet) -}}
+{{- end -}}
+{{- $_ := set $alongside "kured_daemonset" .Values.kured.daemonSet -}}
+{{- $_ := set $cfg "alongside" $alongside -}}
+{{- end -}}
 {{- toToml $cfg -}}
 {{- end -}}
