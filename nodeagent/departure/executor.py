@@ -335,7 +335,7 @@ class FenceExecutor:
         cancel stops a drain promptly. Raises marker.NodeChanged when a cordon finds the
         Node changed since `node` was read: decide again on the Node as it is."""
         kube = self.kube if ctx.deadline == math.inf else self.kube.bounded(ctx.deadline)
-        if decision.step in (Step.CORDON, Step.UNCORDON, Step.DRAIN):
+        if decision.step in (Step.CORDON, Step.UNCORDON):
             self.late.forget()  # a result kept belongs to the fence this replaces
         if decision.step is Step.CORDON:
             self._cordon(kube, decision, node)
@@ -479,7 +479,7 @@ class FenceExecutor:
                 node,
                 decision.keep,
                 ctx,
-                lambda: self.report.set(conditions.draining(what)),
+                lambda: self._cordoned(what),
                 lambda volumes: self._detaching(reason, what, volumes, hold),
                 _notes(decision),
                 self.may_taint,
@@ -492,6 +492,11 @@ class FenceExecutor:
             self.late.keep(Unrecorded(reason, result.outcome, uid, time.time(), time.monotonic()))
         self._record(reason, what, result, budget)
         return result
+
+    def _cordoned(self, what: str) -> None:
+        """A drain's cordon stands: its marker replaced any whose result was kept."""
+        self.late.forget()
+        self.report.set(conditions.draining(what))
 
     def _detaching(
         self, reason: Reason, what: str, volumes: Sequence[str], hold: AutoscalerHold
