@@ -66,6 +66,7 @@ class PartitionWatch:
         self.pods_seen = pods_seen
         self.pods = pods
         self._down = False
+        self._began = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="partition", daemon=True)
 
     def start(self) -> PartitionWatch:
@@ -93,7 +94,9 @@ class PartitionWatch:
     def _renew_quiet(self) -> None:
         if self.pods is None or self._down:
             return
-        quiet = self.pods.quiet_for()
+        # Quiet inside this drain: a watch quiet before it (between two bookmarks, a
+        # minute apart) is no reason for a request at every drain's start.
+        quiet = min(self.pods.quiet_for(), time.monotonic() - self._began)
         if quiet >= WATCH_QUIET:
             self.pods.renew(
                 f"nothing on the node's pod watch for {quiet:.0f}s while the API server "
