@@ -165,6 +165,7 @@ def test_a_result_the_api_server_did_not_take_is_written_when_it_answers_again(
         landed = time.monotonic() - restored
         print(f"\ndrain result {result!r} written {landed:.1f}s after the relay was back")
         assert result == "timed-out"
+        ku.wait_until(lambda: drained_reason(kube, node) == "Blocked", 15, "the condition")
         drains = [ln for ln in agent.output().splitlines() if "drain for evacuate: evicting" in ln]
         assert len(drains) == 1, agent.output()[offset:]
         first_line(agent, offset, "written on the Node", 5)
@@ -203,6 +204,16 @@ def test_a_drains_pod_watch_lost_alone_is_renewed_while_the_api_server_answers(
     finally:
         work.cancel()
         pods.stop()
+
+
+def drained_reason(kube: Kube, node: str) -> str:
+    """NodeAgentDrained's reason on the Node ("" when absent)."""
+    found = [
+        c
+        for c in ku.node(kube, node)["status"].get("conditions") or []
+        if c["type"] == "NodeAgentDrained"
+    ]
+    return str(found[0]["reason"]) if found else ""
 
 
 def node_annotations(kube: Kube, node: str) -> dict[str, str]:
