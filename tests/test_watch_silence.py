@@ -45,16 +45,36 @@ def kubeconfig_via(port: int, admin_kubeconfig: str, path: Path) -> Path:
     return path
 
 
+def watching_agent(
+    cluster: Any, admin_kubeconfig: str, proxy: Proxy, tmp_path: Path, prefix: str, beat: str
+) -> tuple[str, AgentProcess]:
+    """A new node and its agent through `proxy` (heartbeat every `beat`), both of its
+    watches synced."""
+    node = ku.unique(prefix)
+    cluster.add_node(node)
+    config = kubeconfig_via(proxy.port, admin_kubeconfig, tmp_path / "via-proxy.kubeconfig")
+    agent = AgentProcess.start(tmp_path, config, node, {"reporting": {"heartbeat_interval": beat}})
+    ku.wait_until(lambda: agent.metric(SYNCED, loop="node"), 20, "the node watch synced")
+    ku.wait_until(lambda: agent.metric(SYNCED, loop="pods"), 20, "the pod watch synced")
+    return node, agent
+
+
+def taint_acted_on(kube: Kube, node: str, within: float) -> None:
+    """Taint `node` for evacuation (directly, not through the relay) and wait until its
+    agent cordons it."""
+    kube.merge_patch(node_path(node), {"spec": {"taints": [TAINT]}})
+    ku.wait_until(
+        lambda: ku.node(kube, node)["spec"].get("unschedulable"),
+        within,
+        "the taint made after the blackhole acted on",
+    )
+
+
 def test_a_blackholed_watch_is_noticed_and_the_agent_recovers(
     cluster: Any, kube: Kube, admin_kubeconfig: str, proxy: Proxy, tmp_path: Path
 ) -> None:
-    node = ku.unique("silent")
-    cluster.add_node(node)
-    config = kubeconfig_via(proxy.port, admin_kubeconfig, tmp_path / "via-proxy.kubeconfig")
-    agent = AgentProcess.start(tmp_path, config, node, {"reporting": {"heartbeat_interval": "1h"}})
+    node, agent = watching_agent(cluster, admin_kubeconfig, proxy, tmp_path, "silent", "1h")
     try:
-        ku.wait_until(lambda: agent.metric(SYNCED, loop="node"), 20, "the node watch synced")
-        ku.wait_until(lambda: agent.metric(SYNCED, loop="pods"), 20, "the pod watch synced")
         before = agent.metric(RESTARTS, resource="nodes")
 
         proxy.freeze()  # the watches' connections stay open and carry nothing more
@@ -71,12 +91,7 @@ def test_a_blackholed_watch_is_noticed_and_the_agent_recovers(
 
         proxy.restore()  # new connections relay again; the frozen ones stay dead
         restored = time.monotonic()
-        kube.merge_patch(node_path(node), {"spec": {"taints": [TAINT]}})
-        ku.wait_until(
-            lambda: ku.node(kube, node)["spec"].get("unschedulable"),
-            STUCK_AFTER,
-            "the taint made after the blackhole acted on",
-        )
+        taint_acted_on(kube, node, STUCK_AFTER)
         print(
             f"\nwatch silent for {SILENCE_SECONDS}s at most: blackhole noticed after "
             f"{noticed:.1f}s; taint acted on {time.monotonic() - restored:.1f}s after "
@@ -84,4 +99,36 @@ def test_a_blackholed_watch_is_noticed_and_the_agent_recovers(
         )
         assert agent.proc.poll() is None
     finally:
+        agent.stop(signal.SIGKILL)
+
+
+ACTED_WITHIN = 15.0  # the heartbeat's next try (3 s), then a new watch from its version
+
+
+def test_a_blackholed_watch_starts_again_once_the_api_server_answers(
+    cluster: Any, kube: Kube, admin_kubeconfig: str, proxy: Proxy, tmp_path: Path
+) -> None:
+    """A blackhole shorter than the watches' silence deadline: a request that got no answer
+    in it (the heartbeat, every 3 s here) and one answered after it (its next try) end
+    the watches it froze, and they start again at once, not SILENCE_SECONDS after the cut."""
+    node, agent = watching_agent(cluster, admin_kubeconfig, proxy, tmp_path, "back", "3s")
+    try:
+        before = agent.metric(RESTARTS, resource="nodes")
+        proxy.freeze()
+        frozen = time.monotonic()
+        ku.wait_until(lambda: "heartbeat failed" in agent.output(), 30, "a heartbeat lost")
+        proxy.restore()
+        restored = time.monotonic()
+        taint_acted_on(kube, node, ACTED_WITHIN)
+        acted = time.monotonic() - restored
+        print(
+            f"\nblackhole of {restored - frozen:.1f}s: the taint acted on {acted:.1f}s after "
+            f"the relay was back ({time.monotonic() - frozen:.1f}s after the cut; the "
+            f"silence deadline is {SILENCE_SECONDS}s)"
+        )
+        assert time.monotonic() - frozen < SILENCE_SECONDS
+        assert agent.metric(RESTARTS, resource="nodes") > before
+        assert "watch nodes: the API server answers again" in agent.output()
+    finally:
+        proxy.restore()
         agent.stop(signal.SIGKILL)

@@ -204,6 +204,7 @@ class Applier:
         """What a decision reads: the Node (`node`, else the latest watched), the shutdown
         that owns the node, the retry's memory and the cloud's warnings as heard."""
         node = node or self.latest() or {"metadata": {"name": self.cfg.node_name}, "spec": {}}
+        node = self.executor.as_recorded(node)  # a drain's result not written yet
         with self.state.lock:
             owner = shutdown or self.state.owner
         heard = self.warnings.now()

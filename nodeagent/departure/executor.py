@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from nodeagent import metrics
 from nodeagent.config import Config
 from nodeagent.context import Context
+from nodeagent.departure.lateresult import LateResult, Unrecorded, overlay
 from nodeagent.drain import detach, podfilter
 from nodeagent.drain.engine import Drain, DrainOptions, DrainResult
 from nodeagent.drain.phases import Phase
@@ -140,18 +141,29 @@ def cordon_then_drain(
         result = drain.evict(node, fenced is Fenced.CORDONED)
         if fenced is not Fenced.KEPT and result.outcome not in UNRECORDED:
             with phases.timed(Phase.RESULT):
-                try:
-                    uid = node["metadata"].get("uid", "")
-                    marker.record_result(kube, drain.node_name, result.outcome, uid)
-                except ApiError as exc:
-                    if exc.status not in (404, 409):  # the Node deleted: said once (worker)
-                        log.warning("could not record drain result: %s", exc)
-                except KubeError as exc:
-                    log.warning("could not record drain result: %s", exc)
+                _record_result(kube, drain, node)
     if result.outcome not in UNRECORDED:
         with phases.timed(Phase.DETACH):
             result.detach = wait_for_detach(drain, node, before, ctx, detaching)
     return result
+
+
+def _record_result(kube: Kube, drain: Drain, node: JSON) -> None:
+    """The drain's result on the marker; when the API server does not answer (or is too
+    busy to), `result.unrecorded` says so, for the executor to write it later."""
+    result = drain.result
+    try:
+        uid = node["metadata"].get("uid", "")
+        marker.record_result(kube, drain.node_name, result.outcome, uid)
+    except ApiError as exc:
+        if exc.status in (404, 409):  # the Node deleted: said once (worker)
+            return
+        log.warning("could not record drain result: %s", exc)
+        if exc.status == 429 or exc.status >= 500:
+            result.unrecorded = str(exc)
+    except KubeError as exc:  # unreachable, or no time left for it
+        log.warning("could not record drain result: %s", exc)
+        result.unrecorded = str(exc)
 
 
 def to_move(pods: Sequence[JSON], finished: FinishedPods) -> list[JSON]:
@@ -322,6 +334,8 @@ class FenceExecutor:
         # The delay-deletion annotation's one writer: the running drain's hold, if any.
         self._holds = threading.Lock()
         self._hold: AutoscalerHold | None = None
+        # A drain's result the API server did not take, written when it answers again.
+        self.late = LateResult(kube, self._write_late)
 
     def apply(
         self, decision: Decision, node: JSON, ctx: Context, budget: Budget | None = None
@@ -331,6 +345,8 @@ class FenceExecutor:
         cancel stops a drain promptly. Raises marker.NodeChanged when a cordon finds the
         Node changed since `node` was read: decide again on the Node as it is."""
         kube = self.kube if ctx.deadline == math.inf else self.kube.bounded(ctx.deadline)
+        if decision.step in (Step.CORDON, Step.UNCORDON):
+            self.late.forget()  # a result kept belongs to the fence this replaces
         if decision.step is Step.CORDON:
             self._cordon(kube, decision, node)
             return None
@@ -411,6 +427,30 @@ class FenceExecutor:
         log.info("removed the autoscaler's delay-deletion hold a stopped agent left (%s)", left)
         return True
 
+    def as_recorded(self, node: JSON) -> JSON:
+        """`node` with the drain result still to be written, where it applies: decided on
+        as it will read, so a finished drain is not started again."""
+        return overlay(node, self.late.pending)
+
+    def _write_late(self, kube: Kube, late: Unrecorded) -> bool:
+        """The result the API server did not take, on the Node read now, where it still
+        applies (lateresult.py); a Node changed between the read and the write is read
+        again."""
+        for _ in range(NODE_CHANGED_RETRIES):
+            node = marker.get_node(kube, self.cfg.node_name)
+            if not late.applies(node):
+                return False
+            try:
+                meta = node["metadata"]
+                marker.record_result(
+                    kube, self.cfg.node_name, late.outcome, late.uid, meta["resourceVersion"]
+                )
+                return True
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+        raise KubeError(f"node {self.cfg.node_name} kept changing under the drain result")
+
     def record_boot(self, boot: str) -> None:
         """Note on the Node the boot the agent started in (after start, by the reconcile)."""
         marker.record_boot(self.kube, self.cfg.node_name, boot)
@@ -469,7 +509,7 @@ class FenceExecutor:
                 node,
                 decision.keep,
                 ctx,
-                lambda: self.report.set(conditions.draining(what)),
+                lambda: self._cordoned(what),
                 lambda volumes: self._detaching(reason, what, volumes, hold),
                 _notes(decision),
                 self.may_taint,
@@ -478,8 +518,16 @@ class FenceExecutor:
         finally:
             hold.release()
             self._hold = None
+        if result.unrecorded:
+            uid = node["metadata"].get("uid", "")
+            self.late.keep(Unrecorded(reason, result.outcome, uid, time.time(), time.monotonic()))
         self._record(reason, what, result, budget)
         return result
+
+    def _cordoned(self, what: str) -> None:
+        """A drain's cordon stands: its marker replaced any whose result was kept."""
+        self.late.forget()
+        self.report.set(conditions.draining(what))
 
     def _detaching(
         self, reason: Reason, what: str, volumes: Sequence[str], hold: AutoscalerHold

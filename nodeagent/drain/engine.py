@@ -91,6 +91,9 @@ class DrainResult:
     detach: DetachResult | None = None
     phases: Phases = field(default_factory=Phases)  # where its time went
     late: int = 0  # pods bound after the drain planned, evicted too
+    # Why its result could not be written on the Node, the API server not answering
+    # ("": written, or not to be): the daemon's executor writes it once it answers.
+    unrecorded: str = ""
 
     @property
     def exit_code(self) -> ExitCode:
@@ -214,7 +217,9 @@ class Drain:
                     if not self.opts.dry_run:
                         with self.result.phases.timed(Phase.LIST):
                             self._wait_synced()
-                        PartitionWatch(self.kube, self._work, self.progress, self._seen).start()
+                        PartitionWatch(
+                            self.kube, self._work, self.progress, self._seen, self._pods
+                        ).start()
                     yield self.kube
             finally:
                 self._work.cancel()

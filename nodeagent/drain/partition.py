@@ -11,6 +11,16 @@ seen (nodeagent/drain/engine.py).
 
 Worst case from the cut to the line: QUIET + TICK + PROBE_TIMEOUT = 1.75 s. The probes
 cost the API server at most two requests a second, only while a drain hears nothing else.
+
+The drain sees its pods go only through its pod watch. When the API server answers again
+after an outage, the client cuts the watch streams that slept through it (kube/client.py,
+Reachability); a probe that succeeds is such an answer, so the drain's watch starts again
+within a tick of the path healing, not after its 90 s of silence. A connection lost alone
+(the rest of the path answering: one API server of several gone behind a load balancer,
+a flow dropped by a NAT) leaves no failed request to go by: while a drain waits on it, a
+watch quiet for WATCH_QUIET is renewed (kube/watch.py Reflector.renew: a new watch from
+its resourceVersion, no list). That costs at most one watch request per WATCH_QUIET, on
+a draining node whose pods are quiet; an idle agent never does it.
 """
 
 from __future__ import annotations
@@ -23,12 +33,17 @@ from contextlib import suppress
 
 from nodeagent.context import Context
 from nodeagent.kube.client import Kube, KubeError
+from nodeagent.kube.watch import Reflector
 
 log = logging.getLogger(__name__)
 
 TICK = 0.25  # how often the answers are looked at
 QUIET = 0.5  # seconds without an answer before a probe asks
 PROBE_TIMEOUT = 1.0
+# The longest a drain's pod watch may be quiet while the API server answers: a pod's
+# departure is then seen within this, even over a dead connection (bookmarks come only
+# about every minute).
+WATCH_QUIET = 10.0
 
 
 class PartitionWatch:
@@ -40,14 +55,18 @@ class PartitionWatch:
         work: Context,
         say: Callable[[str], None],
         pods_seen: Callable[[], int],
+        pods: Reflector | None = None,
     ) -> None:
         """`work` ends the watch; `say` is the drain's progress; `pods_seen` counts the
-        pods the drain last saw on the node and still waits for."""
+        pods the drain last saw on the node and still waits for; `pods` is the drain's
+        pod watch, renewed when quiet for WATCH_QUIET while the API server answers."""
         self.kube = kube
         self.work = work
         self.say = say
         self.pods_seen = pods_seen
+        self.pods = pods
         self._down = False
+        self._began = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="partition", daemon=True)
 
     def start(self) -> PartitionWatch:
@@ -60,6 +79,7 @@ class PartitionWatch:
                 if self.kube.reach.silent_for() >= QUIET:
                     self._probe()
                 self._tell()
+                self._renew_quiet()
         except Exception:  # the drain must never lose its reports to a bug here
             log.exception("API server reachability watch failed")
 
@@ -70,6 +90,19 @@ class PartitionWatch:
             return
         with suppress(KubeError):  # the client noted it (Reachability)
             self.kube.probe(min(PROBE_TIMEOUT, left))
+
+    def _renew_quiet(self) -> None:
+        if self.pods is None or self._down:
+            return
+        # Quiet inside this drain: a watch quiet before it (between two bookmarks, a
+        # minute apart) is no reason for a request at every drain's start.
+        quiet = min(self.pods.quiet_for(), time.monotonic() - self._began)
+        if quiet >= WATCH_QUIET:
+            self.pods.renew(
+                f"nothing on the node's pod watch for {quiet:.0f}s while the API server "
+                "answers and a drain waits on it: renewed (a connection lost alone is "
+                "silent)"
+            )
 
     def _tell(self) -> None:
         down = self.kube.reach.down_for()

@@ -349,13 +349,18 @@ def record_boot(kube: Kube, name: str, boot: str) -> None:
     kube.merge_patch(node_path(name), {"metadata": {"annotations": {LAST_BOOT_ID: boot}}})
 
 
-def record_result(kube: Kube, name: str, result: str, uid: str = "") -> None:
+def record_result(
+    kube: Kube, name: str, result: str, uid: str = "", resource_version: str = ""
+) -> None:
     """Note how the drain ended, so the next boot can tell a drained departure. `uid`: only
     on that Node object (the API server refuses another's: a Node deleted and registered
-    again during the drain gets no result of a drain it never had)."""
+    again during the drain gets no result of a drain it never had). `resource_version`:
+    only on the Node as read (a result written late, after a check of its marker)."""
     meta: JSON = {"annotations": {DRAIN_RESULT: result}}
     if uid:
         meta["uid"] = uid
+    if resource_version:
+        meta["resourceVersion"] = resource_version
     kube.merge_patch(node_path(name), {"metadata": meta})
 
 

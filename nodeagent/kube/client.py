@@ -16,9 +16,11 @@ import json
 import logging
 import random
 import re
+import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
@@ -54,28 +56,62 @@ def request_timeouts(connect: float, read: float, left: float) -> tuple[float, f
     return min(connect, share, left), min(read, share, left)
 
 
+class Stream:
+    """One watch's open stream: when its last byte came, and its socket, so that another
+    thread can cut it (Reachability.cut) and its blocked read ends at once."""
+
+    def __init__(self, sock: Any, path: str) -> None:
+        self.sock = sock
+        self.path = path
+        self.last_byte = time.monotonic()  # its headers, then each chunk
+        self.cut_why = ""  # why it was cut ("": it was not)
+
+
 class Reachability:
     """Whether the API server answers this client (and its bounded copies): the time of
-    its last answer of any status, and why the requests since got none."""
+    its last answer of any status, and why the requests since got none.
+
+    It also knows the open watch streams. A stream blackholed with the rest of the path
+    (packets dropped, no RST) stays open and silent after the path heals, and its watch
+    would wait out its silence (kube/watch.py SILENCE_SECONDS, 90 s) before starting again.
+    So when an answer ends an outage in which a request got none, every stream that has
+    carried nothing since the outage began is cut, and its watch starts again at once
+    (from its resourceVersion: no list). This asks the API server nothing: the evidence
+    is the agent's own requests, and in steady state there is no outage, so no cut. A
+    watch's silence alone (Silent, `request=False`) arms no cut: where the API server
+    sends no bookmarks, a quiet watch ends every 90 s, and its new watch must not take the
+    other watches down with it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.last_answer = time.monotonic()
         self.why = ""  # "" while it answers
         self.outage_began: float | None = None  # the last answer before the last outage
+        self._request_lost = False  # a request got no answer in the outage under way
+        self._streams: set[Stream] = set()
+        self.recoveries = 0  # outages ended by an answer
 
-    def answered(self) -> bool:
-        """Note an answer; True when it ends an outage."""
+    def answered(self, stream: Stream | None = None) -> bool:
+        """Note an answer (a byte of `stream`); True when it ends an outage."""
         with self._lock:
-            self.last_answer = time.monotonic()
+            now = time.monotonic()
+            if stream is not None:
+                stream.last_byte = now
+            self.last_answer = now
             ended, self.why = bool(self.why), ""
+            self.recoveries += ended
+            if ended and self._request_lost:
+                self._cut_stale(now)
+            self._request_lost = False
             return ended
 
-    def failed(self, why: str) -> None:
+    def failed(self, why: str, *, request: bool = True) -> None:
+        """A request (`request`), or a watch's silence, got no answer."""
         with self._lock:
             if not self.why:
                 self.outage_began = self.last_answer
             self.why = why
+            self._request_lost = self._request_lost or request
 
     def silent_for(self) -> float:
         """Seconds since the last answer."""
@@ -86,6 +122,44 @@ class Reachability:
         answers."""
         with self._lock:
             return time.monotonic() - self.last_answer if self.why else None
+
+    def opened(self, stream: Stream) -> None:
+        with self._lock:
+            self._streams.add(stream)
+
+    def closed(self, stream: Stream) -> None:
+        """Before its connection goes back to the pool: a cut never reaches a socket that
+        serves another request."""
+        with self._lock:
+            self._streams.discard(stream)
+
+    def cut(self, stream: Stream, why: str) -> bool:
+        """End `stream`'s blocked read now (its watch starts again); False when it is
+        closed already."""
+        with self._lock:
+            if stream not in self._streams:
+                return False
+            _shut(stream, why)
+            return True
+
+    def _cut_stale(self, now: float) -> None:
+        began = self.outage_began if self.outage_began is not None else now
+        for stream in self._streams:
+            if stream.last_byte <= began:
+                lost = now - began
+                _shut(
+                    stream,
+                    f"the API server answers again, and {stream.path} carried nothing "
+                    f"since it was lost {lost:.0f}s ago: connection presumed dead",
+                )
+
+
+def _shut(stream: Stream, why: str) -> None:
+    stream.cut_why = stream.cut_why or why
+    with suppress(OSError):  # closed meanwhile: its read has ended anyway
+        # The plain socket's shutdown, under TLS too (SSLSocket.shutdown would drop its
+        # SSL object under the reading thread): the blocked read sees the end at once.
+        socket.socket.shutdown(stream.sock, socket.SHUT_RDWR)
 
 
 def _api_error(status: int, reason: str, data: bytes, headers: Any) -> ApiError:
@@ -285,22 +359,38 @@ class Kube:
         return self.request("DELETE", path, body=body)
 
     def watch(
-        self, path: str, query: dict[str, str], timeout_seconds: int, silence: float
+        self,
+        path: str,
+        query: dict[str, str],
+        timeout_seconds: int,
+        silence: float,
+        opened: Callable[[Stream], None] = lambda _stream: None,
     ) -> Iterator[JSON]:
         """Yield watch events ({"type", "object"}) until the server ends the stream.
 
         The answer's headers are awaited as any answer's; then the stream may be quiet for
         `silence` seconds at most, however long the watch (`timeout_seconds`): a read that
         gets no byte for longer raises Silent. A read timeout is a silence deadline, one
-        recv at a time."""
+        recv at a time. `opened` is handed the open stream: `reach.cut(stream, why)` ends
+        it early, as Silent(why)."""
         params = dict(query, watch="true", timeoutSeconds=str(timeout_seconds))
         resp = self._call("GET", path, params, None, "", READ_TIMEOUT)
         if self.deadline is not None:
             silence = max(0.05, min(silence, self.deadline - time.monotonic()))
+        stream = Stream(getattr(resp.connection, "sock", None), path)
+        clean = False
         try:
             _set_read_timeout(resp, silence)
-            yield from _json_lines(resp, self.host, path, silence, self.reach)
+            if stream.sock is not None:
+                self.reach.opened(stream)
+                opened(stream)
+            yield from _json_lines(resp, self.host, stream, silence, self.reach)
+            clean = True
         finally:
+            self.reach.closed(stream)
+            if not clean:
+                # Dead, cut or left midway: its connection is not one to send on again.
+                resp.close()
             resp.release_conn()
 
 
@@ -321,30 +411,37 @@ def _count_throttled(method: str, path: str, wait: float) -> None:
 
 
 def _json_lines(
-    resp: Any, host: str, path: str, silence: float, reach: Reachability
+    resp: Any, host: str, stream: Stream, silence: float, reach: Reachability
 ) -> Iterator[JSON]:
     from urllib3.exceptions import HTTPError, ReadTimeoutError
 
     buf = b""
+    path = stream.path
     try:
         for chunk in resp.stream(amt=None, decode_content=False):
-            reach.answered()  # a watch's bytes are answers too (events, bookmarks)
+            reach.answered(stream)  # a watch's bytes are answers too (events, bookmarks)
             buf += chunk
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
                 if line.strip():
                     yield json.loads(line)
     except (ReadTimeoutError, TimeoutError):
+        if stream.cut_why:
+            raise Silent(stream.cut_why) from None
         silent = Silent(
             f"nothing from {host} on {path} for {silence:.0f}s, not even a bookmark: "
             "connection presumed dead"
         )
-        reach.failed(str(silent))
+        reach.failed(str(silent), request=False)
         raise silent from None
     except (HTTPError, OSError) as exc:
+        if stream.cut_why:
+            raise Silent(stream.cut_why) from None
         unreachable = _unreachable(host, exc)
         reach.failed(str(unreachable))
         raise unreachable from None
+    if stream.cut_why:  # the cut read as the stream's end
+        raise Silent(stream.cut_why)
 
 
 def pods_path(namespace: str, name: str = "") -> str:

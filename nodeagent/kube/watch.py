@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from nodeagent.kube.client import CONNECT_TIMEOUT, JSON, READ_TIMEOUT, Kube
+from nodeagent.kube.client import CONNECT_TIMEOUT, JSON, READ_TIMEOUT, Kube, Stream
 from nodeagent.kube.errors import ApiError, KubeError, Silent
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,8 @@ WATCH_SECONDS = 300
 # the resource changes anywhere in the cluster or etcd sends progress notifications (every
 # 5 s as kubeadm runs etcd; 10 minutes at etcd's default). Where none come (the watch
 # cache off, a quiet resource on a default etcd), a watch ends every SILENCE_SECONDS: no
-# dearer than the 60 s watches it replaces.
+# dearer than the 60 s watches it replaces. A stream that slept through an outage of the
+# API server is cut sooner, when the first answer ends it (kube/client.py Reachability).
 SILENCE_SECONDS = 90
 # A watch loop without progress (a list, an event, a bookmark, a new watch, an error) for
 # this long is stuck: the longest it waits between two is a connect tried twice, the
@@ -100,6 +101,7 @@ class Reflector:
     _pinned: bool = False  # started with start(): runs until stop()
     _life: threading.Lock = field(default_factory=threading.Lock)
     _handlers: list[Handler] = field(default_factory=list)
+    _stream: Stream | None = None  # the current watch's open stream, for renew()
     # Held while handlers run: one added meanwhile misses no change and sees none twice
     # out of order.
     _dispatch: threading.RLock = field(default_factory=threading.RLock)
@@ -173,6 +175,24 @@ class Reflector:
 
         return remove
 
+    def renew(self, why: str) -> bool:
+        """End the current watch's stream now, however quiet it was asked to be allowed
+        to be: the loop starts a new watch at once, from where this one was (no list).
+        For a consumer that cannot wait out a dead connection's silence (a drain waiting
+        for its pods); False when no stream is open."""
+        stream = self._stream
+        return stream is not None and self.kube.reach.cut(stream, why)
+
+    @property
+    def streaming(self) -> bool:
+        """A watch's stream is open (its request answered)."""
+        return self._stream is not None
+
+    def quiet_for(self) -> float:
+        """Seconds since the loop last heard anything (a list, an event, a bookmark) or
+        started a watch."""
+        return time.monotonic() - self.stats.last_progress
+
     def wait_synced(self, timeout: float) -> bool:
         return self.synced.wait(timeout)
 
@@ -220,7 +240,9 @@ class Reflector:
                 backoff = self._backoff(str(exc), backoff, stop)
             except Silent as exc:
                 # A dead connection, or a server that sends no bookmarks (then this is
-                # every SILENCE_SECONDS, and no news): a new watch at once either way.
+                # every SILENCE_SECONDS, and no news), or a stream cut early (renew(), or
+                # the API server answering again after an outage the stream slept through,
+                # kube/client.py Reachability): a new watch at once either way.
                 log.info("watch %s: %s; starting it again", self.resource, exc)
                 self._restarted(str(exc))
             except (KubeError, ValueError) as exc:
@@ -267,11 +289,17 @@ class Reflector:
         if stop.is_set():
             return resource_version
         length = int(self.watch_seconds * (1 + random.random()))
-        for event in self.kube.watch(self.path, query, length, self.silence):
-            if stop.is_set():
-                break
-            resource_version = self._apply(event, resource_version, stop)
+        try:
+            for event in self.kube.watch(self.path, query, length, self.silence, self._opened):
+                if stop.is_set():
+                    break
+                resource_version = self._apply(event, resource_version, stop)
+        finally:
+            self._stream = None
         return resource_version
+
+    def _opened(self, stream: Stream) -> None:
+        self._stream = stream
 
     def _apply(self, event: JSON, resource_version: str, stop: threading.Event) -> str:
         kind, obj = event.get("type"), event.get("object") or {}
