@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from nodeagent.departure.executor import OTHER_DRAIN_RESERVE, other_drain_until, to_move
+from nodeagent.departure.waits import OTHER_DRAIN_RESERVE, other_drain_until, to_move
 from nodeagent.fence.decision import Observed, decide
 from nodeagent.fence.marker import NodeFence
 from nodeagent.fence.others import Others, other_handler, standing_aside

@@ -22,7 +22,7 @@ from nodeagent import metrics
 from nodeagent.config import Config
 from nodeagent.context import Context
 from nodeagent.departure.lateresult import LateResult, Unrecorded, overlay
-from nodeagent.drain import detach, podfilter
+from nodeagent.departure.waits import wait_for_detach, wait_for_other_drain
 from nodeagent.drain.engine import Drain, DrainOptions, DrainResult
 from nodeagent.drain.phases import Phase
 from nodeagent.fence import marker
@@ -35,7 +35,7 @@ from nodeagent.kube.watch import Reflector
 from nodeagent.report import conditions
 from nodeagent.report.conditions import ConditionWriter
 from nodeagent.report.events import WARNING, EventRecorder
-from nodeagent.types import DrainOutcome, FinishedPods, Milestone, Reason, Step, milestone
+from nodeagent.types import DrainOutcome, Milestone, Reason, Step, milestone
 
 if TYPE_CHECKING:
     # Only the daemon hands a budget in; `nodeagent drain` keeps logind's modules unloaded.
@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 
 # The API server names the agent's writes after its User-Agent (kube/transport.py).
 FIELD_MANAGER = "nodeagent"
-OTHER_DRAIN_RESERVE = 10.0  # seconds kept, at least, to drain what another drainer left
 NODE_CHANGED_RETRIES = 3  # reads of a Node that keeps changing under a cordon, then give up
 # Outcomes that say nothing about the node: no drain result is recorded for them.
 UNRECORDED = (DrainOutcome.CANCELLED, DrainOutcome.DRY_RUN)
@@ -164,75 +163,6 @@ def _record_result(kube: Kube, drain: Drain, node: JSON) -> None:
     except KubeError as exc:  # unreachable, or no time left for it
         log.warning("could not record drain result: %s", exc)
         result.unrecorded = str(exc)
-
-
-def to_move(pods: Sequence[JSON], finished: FinishedPods) -> list[JSON]:
-    """The pods a drain would still have to move: not left alone by the drain's filter
-    (DaemonSet, mirror, finished); those terminating already count until they are gone."""
-    return [p for p in pods if podfilter.skip_reason(p, finished) is None]
-
-
-def other_drain_until(start: float, deadline: float) -> float:
-    """Until when a shutdown waits for another actor's drain: its deadline less a reserve
-    for draining what is left (half the budget, at least OTHER_DRAIN_RESERVE seconds)."""
-    return deadline - max(OTHER_DRAIN_RESERVE, (deadline - start) / 2)
-
-
-def wait_for_other_drain(drain: Drain, who: str, reason: Reason) -> None:
-    """At a shutdown, another actor drains the node (`who`): evict nothing while its drain
-    goes on, until no pod the agent would move is bound (those it evicted gone too) or the
-    reserve for finishing comes; the drain then moves what is left (often nothing: a pod
-    still terminating is asked again, which changes nothing). logind's lock is held."""
-    now = time.monotonic()
-    until = other_drain_until(now, drain.deadline)
-    finished = drain.opts.finished_pods
-    left = to_move(drain.watched_pods(), finished)
-    if not left or until <= now:
-        return
-    log.info(
-        "%s: %s is draining this node (%d pod(s) to go); waiting %.0fs at most, then "
-        "draining what is left",
-        reason,
-        who,
-        len(left),
-        until - now,
-    )
-    drain.wait_pods(lambda pods: drain.cancelled or not to_move(pods, finished), until)
-    left = to_move(drain.watched_pods(), finished)
-    if not left:
-        log.info("%s: %s drained the node in %.1fs", reason, who, time.monotonic() - now)
-    else:
-        log.info("%s: %d pod(s) left after %s's drain; draining them", reason, len(left), who)
-
-
-def wait_for_detach(
-    drain: Drain,
-    node: JSON,
-    before: list[JSON],
-    ctx: Context | None,
-    detaching: Callable[[Sequence[str]], None] | None,
-) -> detach.DetachResult:
-    """After the drain, until the volumes of the pods it drained are unmounted and
-    detached (nodeagent/drain/detach.py), inside the drain's own deadline: the departure
-    is done, and its lock released, only then. Ran out: said in the log, an Event and the
-    metric (the caller's condition says it too); the departure goes on all the same."""
-    result = drain.result
-    uids = {p.uid for p in result.evicted + result.deleted_for_kubelet + result.forced}
-    try:
-        waited = detach.wait_after_drain(
-            drain.kube, drain.node_name, before, uids, drain.deadline, detaching, node, ctx
-        )
-    except KubeError as exc:
-        log.warning("detach wait: could not read the node: %s", exc)
-        waited = detach.DetachResult(0.0, left=(detach.NODE_UNREAD,))
-    log.info("detach wait: %s", waited.summary())
-    metrics.DETACH_WAITS.labels(waited.result).inc()
-    if not waited.skipped:
-        metrics.DETACH_SECONDS.observe(waited.waited)
-    if not waited.detached and drain.events:
-        message = f"Drained for {drain.opts.reason} with {waited.summary()}"
-        drain.events.node(node, conditions.VOLUMES_ATTACHED, message, WARNING)
-    return waited
 
 
 @dataclass(frozen=True)
