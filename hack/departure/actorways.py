@@ -228,7 +228,10 @@ def _after_boot(scene: Scene, kured: Kured, off: float, notes: list[str]) -> Non
 
 
 def _ready_since(node: JSON, since: float) -> bool:
+    """Ready with a heartbeat of a whole second after `since` (the node down): the old
+    boot's last heartbeat, written in the second it went down, is not the new boot's
+    (seen: kured's uncordon 0.1 s after the node went down, before it booted)."""
     conds = (node.get("status") or {}).get("conditions") or []
     ready = [c for c in conds if c.get("type") == "Ready" and c.get("status") == "True"]
     beat = api_time(ready[0].get("lastHeartbeatTime")) if ready else None
-    return beat is not None and beat >= int(since)
+    return beat is not None and beat > since
