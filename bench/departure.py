@@ -26,6 +26,21 @@ unit that conflicts with shutdown.target is stopped at the same time), spot-inte
 notice whose time is two minutes ahead; the agent reads it as its IMDS, with [warnings]
 cloud = "aws", and the node is powered off at the notice's time; every other kind keeps
 the agent's warnings off).
+
+Beside the other actors, each write theirs as re-enacted in hack/actors/ (citing their
+source), under their own field manager: foreign-uncordon (a poweroff; 2 s into the agent's
+drain, seen by its cordon, `kubectl uncordon` and the Deployment scaled up by 3; without the
+agent 2 s into the poweroff), autoscaler-scale-down (the Cluster Autoscaler's taint and
+cordon, its eviction drain, then the poweroff and the Node deleted), karpenter-termination
+(Karpenter's finalizer from its registration, its taint, the Node deleted, its tiered
+drain, then the poweroff and the finalizer removed; no do-not-disrupt pod, which Karpenter
+would wait for without end), kured-reboot (kured's annotations, lock, cordon and drain,
+`systemctl reboot`, and its uncordon after the boot), node-deleted (a poweroff; the Node
+deleted 1 s into the agent's drain). Each cell also reports scheduled_onto_departing (pods
+bound to the departing node after the departure began), the Node's final cordon, taints
+and labels with who set each (the writers the API server's managedFields name), every
+change of them (node_changes), and duplicate_events (one reason on one object from two
+components, or repeated).
 configs: none (no agent, the kubelet's graceful shutdown off), nodeagent (the agent from its
 .deb, README defaults, or as the DaemonSet for daemonset-poweroff); the kubelet's graceful
 shutdown as managed platforms turn it on, gns (kOps: 30 s, 10 s of it for critical pods),
@@ -82,6 +97,7 @@ from hack.departure.kinds import CONFIGS, Kind
 from hack.departure.scene import Scene
 from hack.departure.shapes import SHAPES, shape_error, v2_controllers
 from hack.departure.summary import summarize
+from hack.departure.ways import WAYS
 from hack.localcluster.cluster import Cluster, ClusterError
 from hack.localcluster.procs import free_ports
 from hack.realnode import csi as realcsi
@@ -90,11 +106,13 @@ from hack.realnode.config import CGROUP_DRIVERS, CgroupDriver
 
 KINDS = ("poweroff", "evacuate", "reboot", "stop", "rolling-reboot", "sigterm-ignoring",
          "daemonset-poweroff", "poweroff-target", "spot-interruption",
-         "soft-reboot")  # fmt: skip
+         "soft-reboot", "foreign-uncordon", "autoscaler-scale-down", "karpenter-termination",
+         "kured-reboot", "node-deleted")  # fmt: skip
 IMPLEMENTED = {k.value: k for k in Kind}
 COLUMNS = ("shape", "kind", "config", "sent", "failed", "long_cut", "longest_failure_s", "p50_ms",
            "p99_ms", "release_s", "off_s", "routed_to_departed_until_s", "stateful_ready_s",
-           "multi_attach_events", "drained_before_off", "lock_release_s")  # fmt: skip
+           "multi_attach_events", "drained_before_off", "lock_release_s",
+           "scheduled_onto_departing", "duplicate_events")  # fmt: skip
 USAGE = 2
 
 
@@ -130,7 +148,22 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _row(cell: dict[str, Any]) -> str:
-    return "  ".join(f"{'-' if cell.get(c) is None else cell[c]!s:>8}" for c in COLUMNS)
+    def shown(c: str) -> str:
+        value = cell.get(c)
+        return "-" if value is None else str(len(value) if isinstance(value, list) else value)
+
+    return "  ".join(f"{shown(c):>8}" for c in COLUMNS)
+
+
+def _details(cell: dict[str, Any]) -> list[str]:
+    """The lines under a row: its notes, the Node's last state with who set what, the
+    pods bound to it after the departure began, and its duplicate Events."""
+    lines = [f"note: {n}" for n in cell.get("notes") or []]
+    if cell.get("final_state"):
+        lines.append(f"final: {json.dumps(cell['final_state'], sort_keys=True)}")
+    lines += [f"scheduled onto the departing node: {p}" for p in cell.get("scheduled_pods") or []]
+    lines += [f"duplicate event: {e}" for e in cell.get("duplicate_events") or []]
+    return lines
 
 
 def run_cell(
@@ -155,8 +188,8 @@ def run_cell(
         aemm.binary()  # built now (once), not at the notice's moment
         metadata = free_ports(1)[0]
     up = Scene.up(cluster, root / group, group, CONFIGS[config], csi_dir=csi_dir, volume=volume,
-                  daemonset=daemonset, cgroup_driver=driver,
-                  metadata_port=metadata, shape=shape)  # fmt: skip
+                  daemonset=daemonset, cgroup_driver=driver, metadata_port=metadata,
+                  shape=shape, dnd=WAYS[IMPLEMENTED[kind]].dnd)  # fmt: skip
     with up as scene:
         departure = scene.depart(IMPLEMENTED[kind])
     if daemonset and not CONFIGS[config].agent:
@@ -201,8 +234,8 @@ def main(argv: list[str] | None = None) -> int:
                 cell["cell_s"] = round(time.monotonic() - started, 1)
                 cells.append(cell)
                 print(_row(cell), flush=True)
-                for note in cell.get("notes") or []:
-                    print(f"    note: {note}", flush=True)
+                for line in _details(cell):
+                    print(f"    {line}", flush=True)
                 if args.json:
                     args.json.write_text(json.dumps(cells, indent=2) + "\n")
     finally:

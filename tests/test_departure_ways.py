@@ -69,6 +69,18 @@ def test_every_kind_has_its_row() -> None:
         (Kind.STOP, False, "nspawn", OFF),
         (Kind.SPOT_INTERRUPTION, True, "nspawn", DRAINS["warning"]),
         (Kind.SPOT_INTERRUPTION, False, "nspawn", OFF),
+        # Beside the other actors: the agent's drain for the poweroff they meddle with, or
+        # the actor's own drain's end (scene.evacuated) with the agent or without it.
+        (Kind.FOREIGN_UNCORDON, True, "nspawn", DRAINS["poweroff"]),
+        (Kind.FOREIGN_UNCORDON, False, "nspawn", OFF),
+        (Kind.NODE_DELETED, True, "nspawn", DRAINS["poweroff"]),
+        (Kind.NODE_DELETED, False, "nspawn", OFF),
+        (Kind.AUTOSCALER_SCALE_DOWN, True, "nspawn", 10.0),
+        (Kind.AUTOSCALER_SCALE_DOWN, False, "nspawn", 10.0),
+        (Kind.KARPENTER_TERMINATION, True, "nspawn", 10.0),
+        (Kind.KARPENTER_TERMINATION, False, "nspawn", 10.0),
+        (Kind.KURED_REBOOT, True, "nspawn", 10.0),
+        (Kind.KURED_REBOOT, False, "nspawn", 10.0),
     ],
 )
 def test_the_release_is_the_rows(kind: Kind, agent: bool, shape: str, expected: float) -> None:
@@ -84,3 +96,8 @@ def test_no_drain_milestone_means_no_release() -> None:
 def test_only_a_notice_counts_its_cap_from_the_poweroff() -> None:
     assert {k for k, way in WAYS.items() if way.cap_from_poweroff} == {Kind.SPOT_INTERRUPTION}
     assert {k for k, way in WAYS.items() if way.both_nodes} == {Kind.ROLLING_REBOOT}
+
+
+def test_only_karpenter_runs_without_the_do_not_disrupt_pod() -> None:
+    """Karpenter waits for a do-not-disrupt pod without end: its kind has none."""
+    assert {k for k, way in WAYS.items() if not way.dnd} == {Kind.KARPENTER_TERMINATION}

@@ -55,6 +55,21 @@ class Bound:
         time.sleep(seconds)
 
 
+def client_as(kubeconfig: Path, manager: str) -> Kube:
+    """A client of `kubeconfig` whose writes the API server records under `manager` in
+    managedFields: the field manager of a write that names none is its User-Agent up to the
+    first "/", and the product's client says "nodeagent/..." (the agent's own manager), so
+    an actor re-enacted through it would look like the agent. The tools' own: client-go's
+    default User-Agent starts with the binary's name (cluster-autoscaler, kured,
+    node-termination-handler), Karpenter's is "karpenter", kubectl cordon and uncordon name
+    "kubectl-cordon"."""
+    kube = Kube.from_kubeconfig(str(kubeconfig))
+    # The product's client has no User-Agent setting (it is always the agent): its
+    # transport's headers are this copy's own (one transport per client).
+    kube._transport._headers["User-Agent"] = f"{manager}/harness"
+    return kube
+
+
 def name_of(obj: JSON) -> str:
     return str(obj["metadata"]["name"])
 

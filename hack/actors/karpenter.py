@@ -169,6 +169,9 @@ class Karpenter:
     requeue: float = 1.0  # every requeue of the termination controller is 1s
     min_drain_time: float = MIN_DRAIN_TIME  # applies with a NodeClaim; 0 without
     evictions: list[tuple[Tier, str]] = field(default_factory=list)  # accepted, in order
+    # controller.go finalize's cloudProvider.Delete, between the volumes and the finalizer's
+    # removal: the instance's termination where a harness has one (called once).
+    delete_instance: Callable[[], None] | None = None
     _queued: set[str] = field(default_factory=set)
     _drain_started: float | None = None
 
@@ -262,6 +265,9 @@ class Karpenter:
                 "Awaiting deletion of bound volumeattachments",
             )
             return Phase.VOLUMES
+        if self.delete_instance is not None:
+            delete, self.delete_instance = self.delete_instance, None
+            delete()
         self.remove_finalizer(node)
         return Phase.TERMINATED
 

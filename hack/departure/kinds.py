@@ -34,6 +34,15 @@ class Kind(Enum):
     # The cloud's Spot notice (amazon-ec2-metadata-mock on the host's loopback, the agent
     # reading it as its IMDS) two minutes ahead, then the poweroff at the notice's time.
     SPOT_INTERRUPTION = "spot-interruption"
+    # Beside the other actors (hack/actors/, ways in actorways.py): another tool's uncordon
+    # 2 s into the agent's drain for a poweroff, with a scale-up at that moment; the
+    # autoscaler's scale-down, Karpenter's termination and kured's reboot, each draining
+    # before the machine goes down; the Node deleted 1 s into a poweroff's drain.
+    FOREIGN_UNCORDON = "foreign-uncordon"
+    AUTOSCALER_SCALE_DOWN = "autoscaler-scale-down"
+    KARPENTER_TERMINATION = "karpenter-termination"
+    KURED_REBOOT = "kured-reboot"
+    NODE_DELETED = "node-deleted"
 
 
 @dataclass(frozen=True)

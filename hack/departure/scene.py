@@ -38,10 +38,12 @@ from hack.realnode.traffic import ClientNet
 from hack.realnode.workload import PORT, import_into
 from nodeagent.kube.client import ApiError
 
+from .common import DEPARTURE_CAP_S, POLL_S, READY_TIMEOUT
 from .objects import APP, DND, LONG_S, REPLICAS, deployment, pod_spec, prefer, spread
-from .trackers import EndpointTracker, StatefulTracker
+from .trackers import EndpointTracker, NodeWatch, StatefulTracker
 from .vm import VM_EXIT_CAP_S, VM_READY_S, VmLeaving
-from .ways import DEPARTURE_CAP_S, POLL_S, READY_TIMEOUT, WAYS, agent_times, released
+from .ways import WAYS, agent_times, released
+from .witness import Witnessed
 
 # The leaving node: an nspawn node, or a VM node (the `vm` shape, hack/departure/vm.py).
 Node = RealNode | VmLeaving
@@ -104,6 +106,8 @@ class SceneResult:
     warning_drained: float | None = None
     poweroff_at: float | None = None
     lock_held_s: float | None = None
+    # Who did what to the departing Node (trackers.NodeWatch.figures, witness.py).
+    witnessed: Witnessed = field(default_factory=Witnessed)
 
 
 @dataclass
@@ -421,6 +425,7 @@ class Scene:
         if way.prepare is not None:
             way.prepare(self)
         tracker = EndpointTracker(self.client, self.ns)
+        witness = NodeWatch(self.cluster.kube, self.leaving.name)
         moved = StatefulTracker(self) if self.csi_dir else None
         procs: list[subprocess.Popen[bytes]] = []
         notes: list[str] = []
@@ -439,6 +444,7 @@ class Scene:
             time.sleep(1.0)  # the long requests are in flight when the departure starts
             if isinstance(self.leaving, VmLeaving):
                 self.leaving.sync_clock()  # its journal's times, on the host's clock
+            witness.begin()
             started = time.time()
             on_start(started)
             off_at = way.leave(self, nodes, notes)
@@ -456,6 +462,7 @@ class Scene:
             procs[1].wait(LONG_S + 130)
         finally:
             tracker.stop()
+            witness.stop()
             if moved is not None:
                 moved.stop()
             for proc in procs:
@@ -463,6 +470,8 @@ class Scene:
                     proc.kill()
                     proc.wait(10)
         deleted, ready, multi = moved.figures() if moved is not None else (None, None, None)
+        keep = self.workdir / "witnessed.json"
+        seen = witness.figures(self.cluster.kube, started, self.returned, keep)
         return SceneResult(
             kind.value,
             self.config.name,
@@ -481,6 +490,7 @@ class Scene:
             cgroup_driver=self.cgroup_driver,
             shape=self.shape,
             **self._agent_times(),
+            witnessed=seen,
         )
 
     def _nspawn_leaving(self) -> RealNode:

@@ -72,6 +72,14 @@ def summarize(departure: Any) -> dict[str, Any]:
         "warning_drained_s": _since(departure.warning_drained, t0),
         "drained_before_off": _before(departure.warning_drained, departure.poweroff_at),
         "lock_release_s": _round(departure.lock_held_s, 2),
+        # Who did what to the departing Node (witness.py): the pods bound to it after the
+        # departure began, its cordon, taints and labels at the end with who set each,
+        # every change with its writers, and the Events one departure had twice.
+        "scheduled_onto_departing": len(departure.witnessed.scheduled_onto_departing),
+        "scheduled_pods": departure.witnessed.scheduled_onto_departing,
+        "final_state": departure.witnessed.final_state,
+        "node_changes": departure.witnessed.node_changes,
+        "duplicate_events": departure.witnessed.duplicate_events,
     }
     if longs:
         cell["long_errors"] = sorted({r["error"] for r in longs if not r["ok"]})

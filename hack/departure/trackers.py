@@ -1,17 +1,30 @@
 """What the departure scene samples while a node leaves: kube-proxy's endpoints for the
-Service, and the stateful pod's move (hack/departure/scene.py)."""
+Service, the stateful pod's move, and the departing Node's versions and the pods bound to it
+(hack/departure/scene.py; read by witness.py)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from hack.realnode import stateful
 from hack.realnode.traffic import ClientError, ClientNet
-from nodeagent.kube.client import ApiError
+from nodeagent.kube.client import ApiError, Kube, KubeError, api_stamp
 
 from .objects import APP
+from .witness import (
+    Binding,
+    Version,
+    Witnessed,
+    changes,
+    duplicate_events,
+    final_state,
+    scheduled_onto,
+)
 
 if TYPE_CHECKING:
     from .scene import Scene
@@ -84,3 +97,116 @@ class EndpointTracker:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(10)
+
+
+# A watch ends this often so that stop() is heard; a stream this long without a byte is
+# dead (the API server sends bookmarks meanwhile).
+WATCH_S = 5
+SILENCE_S = 15.0
+
+
+def follow(kube: Kube, path: str, query: dict[str, str], seen: Callable[[str, Any], None],
+           stop: threading.Event) -> None:  # fmt: skip
+    """List, then watch from the list's version until `stop`; `seen` hears every object
+    ("LISTED" for the list's, then "SYNCED" with None) and DELETED. Any error lists again
+    half a second later: a tracker must see the whole departure, whatever the API server
+    answers meanwhile."""
+    while not stop.is_set():
+        try:
+            listed = kube.get(path, **query)
+            for item in listed["items"]:
+                seen("LISTED", item)
+            seen("SYNCED", None)  # the list is all heard
+            version = listed["metadata"]["resourceVersion"]
+            while not stop.is_set():
+                params = {**query, "resourceVersion": version, "allowWatchBookmarks": "true"}
+                for event in kube.watch(path, params, WATCH_S, SILENCE_S):
+                    obj = event["object"]
+                    if event["type"] == "ERROR":  # 410 Gone and the like: list again
+                        raise RuntimeError(str(obj.get("message")))
+                    version = obj["metadata"]["resourceVersion"]
+                    if event["type"] != "BOOKMARK":
+                        seen(event["type"], obj)
+        except Exception:  # listed again (the docstring's why)
+            stop.wait(0.5)
+
+
+class NodeWatch:
+    """The departing Node's every version (its managedFields say who wrote each), and the
+    pods first seen bound to it, from two watches started before the departure."""
+
+    def __init__(self, kube: Kube, node: str) -> None:
+        self.node = node
+        self.versions: list[Version] = []
+        self.bound: list[Binding] = []
+        self.before: set[str] = set()  # the pods bound to it when the watch began
+        self._uids: set[str] = set()
+        self._started = False
+        self._synced = threading.Event()  # the pods' first list heard
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        byname = {"fieldSelector": f"metadata.name={node}"}
+        onto = {"fieldSelector": f"spec.nodeName={node}"}
+        self._threads = [
+            threading.Thread(target=follow, args=(kube, "/api/v1/nodes", byname, self._node,
+                                                  self._stop), daemon=True),
+            threading.Thread(target=follow, args=(kube, "/api/v1/pods", onto, self._pod,
+                                                  self._stop), daemon=True),
+        ]  # fmt: skip
+        for t in self._threads:
+            t.start()
+
+    def _node(self, kind: str, obj: Any) -> None:
+        if kind == "SYNCED":
+            return
+        with self._lock:
+            self.versions.append((time.time(), None if kind == "DELETED" else obj))
+
+    def _pod(self, kind: str, obj: Any) -> None:
+        if kind == "SYNCED":
+            self._synced.set()
+            return
+        meta = obj["metadata"]
+        with self._lock:
+            if meta["uid"] in self._uids or kind == "DELETED":
+                return
+            self._uids.add(meta["uid"])
+            if not self._started:
+                self.before.add(meta["uid"])
+            name = f"{meta['namespace']}/{meta['name']}"
+            self.bound.append(Binding(time.time(), meta["uid"], name))
+
+    def begin(self) -> None:
+        """From now on a pod newly bound counts as one bound after the departure began
+        (the first list's pods are the node's own)."""
+        self._synced.wait(10)  # the first list answered: what was bound before is known
+        with self._lock:
+            self._started = True
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(WATCH_S + SILENCE_S)
+
+    def figures(self, kube: Kube, started: float, until: float | None, keep: Path) -> Witnessed:
+        """SceneResult's who-did-what (witness.py): the pods bound to the node after the
+        departure began (until `until`, a rebooted node's return), every change of the
+        Node with its writers, its last state, and the departure's duplicate Events. What
+        they are read from is kept in `keep` (JSON), to be read again."""
+        since = api_stamp(started)
+        try:
+            events = kube.get("/api/v1/events")["items"]
+        except KubeError:
+            events = []
+        seen = {"started": started, "until": until, "versions": self.versions,
+                "bound": [vars(b) for b in self.bound], "before": sorted(self.before),
+                "events": events}  # fmt: skip
+        keep.write_text(json.dumps(seen) + "\n")
+        objects = {f"Node/{self.node}"} | {f"Pod/{b.name.split('/')[1]}" for b in self.bound}
+        end = until if until is not None else float("inf")
+        return Witnessed(
+            scheduled_onto(self.bound, self.before, started, end),
+            [c.row(started) for c in changes(self.versions)],
+            final_state(self.versions),
+            duplicate_events(events, since, objects),
+        )

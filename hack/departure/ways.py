@@ -23,8 +23,10 @@ from hack.nspawn import realtime
 from hack.realnode import NodeError, RealNode
 from hack.realnode.workload import import_into
 
+from . import actorways as aw
+from .common import DEPARTURE_CAP_S, POLL_S, READY_TIMEOUT, poweroff, wait_whole
 from .kinds import Kind
-from .objects import REPLICAS, stubborn
+from .objects import stubborn
 from .vm import VmLeaving
 
 if TYPE_CHECKING:
@@ -33,12 +35,6 @@ if TYPE_CHECKING:
 EVACUATE_TAINT = "nodeagent.io/evacuate"  # the agent's default evacuate.taints
 # How long an autoscaler without the agent waits between its taint and the termination.
 EVACUATE_WAIT_S = 15.0
-# Bounds a departure and its traffic (an endpoint the kubelet left Ready stays so until the
-# taint manager deletes its pod: 300 s of default toleration after the node is not ready).
-DEPARTURE_CAP_S = 150.0
-READY_TIMEOUT = 180.0
-# The scene's waits list pods or run commands in the nodes: twice a second is enough.
-POLL_S = 0.5
 # The stop kind's maintenance: the runtime down this long (its containers stopped).
 MAINTENANCE_S = 10.0
 # EC2's Spot interruption notice comes two minutes before the instance is stopped.
@@ -50,28 +46,6 @@ Release = Callable[["Scene", Kind], "float | None"]
 
 
 # ---- the ways down -----------------------------------------------------------------------
-
-
-def poweroff(scene: Scene, nodes: list[Node], notes: list[str]) -> float:
-    """`systemctl poweroff` on the leaving node; returns when it is off. With the config's
-    budget, the power is cut when the node is still up after it, as the cloud does at the
-    end of a late notice's time (GCP's hard-off)."""
-    node = scene.leaving
-    scene.poweroff_at = time.time()
-    if isinstance(node, VmLeaving):
-        node.power_button()  # as a cloud stops an instance: logind's power key
-    else:
-        node.run("systemctl", "poweroff", "--no-block")
-    cut = scene.config.budget_s
-    if cut is None:
-        node.wait_exit(scene.exit_cap)
-        return time.time()
-    try:
-        node.wait_exit(max(0.0, scene.poweroff_at + cut - time.time()))
-    except subprocess.TimeoutExpired:
-        notes.append(f"still up {cut}s after the poweroff: power cut")
-        node.kill()
-    return time.time()
 
 
 def poweroff_target(scene: Scene, nodes: list[Node], notes: list[str]) -> float:
@@ -87,7 +61,9 @@ def evacuate(scene: Scene, nodes: list[Node], notes: list[str]) -> float:
     an autoscaler's wait without the agent), the poweroff."""
     taint = {"key": EVACUATE_TAINT, "effect": "NoSchedule"}
     name = scene.leaving.name
-    scene.cluster.kube.merge_patch(f"/api/v1/nodes/{name}", {"spec": {"taints": [taint]}})
+    # Under a field manager of its own: the harness's client says "nodeagent" (the agent's).
+    autoscaler = aw.client(scene, "autoscaler")
+    autoscaler.merge_patch(f"/api/v1/nodes/{name}", {"spec": {"taints": [taint]}})
     wait = DEPARTURE_CAP_S if scene.config.agent else EVACUATE_WAIT_S
     end = time.monotonic() + wait
     while time.monotonic() < end and not emptied(scene):
@@ -253,6 +229,9 @@ class Way:
     prepare: Callable[[Scene], None] | None = None
     both_nodes: bool = False
     cap_from_poweroff: bool = False  # the departure's cap counts from the poweroff
+    # The do-not-disrupt pod on the leaving node: Karpenter waits for it without end
+    # (without a NodeClaim's terminationGracePeriod), so its kind runs without it.
+    dnd: bool = True
 
 
 WAYS: dict[Kind, Way] = {
@@ -267,6 +246,21 @@ WAYS: dict[Kind, Way] = {
     Kind.POWEROFF_TARGET: Way(poweroff_target),
     Kind.SPOT_INTERRUPTION: Way(
         spot_interruption, release=drained_for_warning, cap_from_poweroff=True
+    ),
+    # The other actors' (actorways.py): their drain's end is the release with the agent or
+    # without it (the agent does not drain a second time beside them).
+    Kind.FOREIGN_UNCORDON: Way(aw.foreign_uncordon),
+    Kind.NODE_DELETED: Way(aw.node_deleted),
+    Kind.AUTOSCALER_SCALE_DOWN: Way(aw.autoscaler_scale_down, release=evacuated, unaided=evacuated),
+    Kind.KARPENTER_TERMINATION: Way(
+        aw.karpenter_termination,
+        release=evacuated,
+        unaided=evacuated,
+        prepare=aw.registered_to_karpenter,
+        dnd=False,
+    ),
+    Kind.KURED_REBOOT: Way(
+        aw.kured_reboot, release=evacuated, unaided=evacuated, prepare=aw.kured_daemonset
     ),
 }
 
@@ -293,13 +287,6 @@ def agent_times(records: list[ms.Record]) -> dict[str, float | None]:
 
 
 # ---- helpers -----------------------------------------------------------------------------
-
-
-def wait_whole(scene: Scene) -> None:
-    """Until the service is whole again: every replica Ready."""
-    pods = REPLICAS + int(scene.dnd)
-    ku.wait_until(lambda: len(scene.ready_pods()) >= pods, scene.ready_timeout,
-                  "the service whole", step=POLL_S)  # fmt: skip
 
 
 def emptied(scene: Scene) -> bool:

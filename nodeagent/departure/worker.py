@@ -150,7 +150,12 @@ class Departure:
         """The own Node was deleted from the API (the watch's DELETED): the running drain
         stops at once (its evictions would go on answering while PodGC has not removed the
         pods, and every write to the Node answers 404), and what the agent remembered of
-        that object goes. Decisions wait for the kubelet to register the Node again."""
+        that object goes. Decisions wait for the kubelet to register the Node again.
+
+        A drain for the machine going down goes on: its pods are still in the API and
+        still run on this kubelet, which answers their evictions, and stopped, it would
+        release the shutdown with them, killed mid-request (the departure benchmark's
+        node-deleted kind cut every long request so)."""
         meta = node["metadata"]
         with self._lock:
             self._node = None
@@ -160,7 +165,14 @@ class Departure:
             self.executor.refences = self.state.refences
             self.state.deleted = meta.get("uid", "")
             self.state.handler_seen = ""  # memory of that object
-        doing = f"stopping the {running.reason} drain" if running else "no drain was running"
+        going_on = running is not None and running.reason.going_down
+        doing = (
+            "no drain was running"
+            if running is None
+            else f"the {running.reason} drain goes on: the machine is going down"
+            if going_on
+            else f"stopping the {running.reason} drain"
+        )
         log.warning(
             "node %s (uid %s) was deleted from the API; %s; waiting for the kubelet to "
             "register it again",
@@ -168,7 +180,7 @@ class Departure:
             meta.get("uid", "?"),
             doing,
         )
-        if running is not None:
+        if running is not None and not going_on:
             running.ctx.cancel()
 
     def kured_lock(self, lock: str) -> None:
