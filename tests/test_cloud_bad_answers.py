@@ -179,17 +179,21 @@ def settled(n: Node, ep: Endpoint) -> dict[str, Any]:
 
 
 def warned(n: Node, ep: Endpoint) -> dict[str, list[str]]:
-    """The Node's Events once a standing warning's CloudWarning is among them: the agent
-    posts its Events in the background, which may land after the Node has settled."""
-    seen: dict[str, list[str]] = {}
+    """The Node's Events once a standing warning's CloudWarning is among them and two reads
+    agree: the agent posts its Events in the background, which may land after the Node has
+    settled (a spot notice comes with a rebalance recommendation: two CloudWarnings)."""
+    last: dict[str, list[str]] | None = None
 
-    def posted() -> bool:
-        nonlocal seen
-        seen = n.events()
-        return not ep.stands or bool(seen.get("CloudWarning"))
+    def steady() -> bool:
+        nonlocal last
+        now = n.events()
+        done = (not ep.stands or bool(now.get("CloudWarning"))) and now == last
+        last = now
+        return done
 
-    ku.wait_until(posted, 30, "the standing warning's CloudWarning Event")
-    return seen
+    ku.wait_until(steady, 30, "the standing warning's Events", step=2)
+    assert last is not None
+    return last
 
 
 def answers(fake: FakeEndpoint, paths: set[str], count: int, timeout: float) -> None:
