@@ -23,27 +23,29 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# The names (nodeagent.types.Milestone's values).
-SHUTDOWN_ANNOUNCED = "shutdown-announced"
-SHUTDOWN_CANCELLED = "shutdown-cancelled"
-WARNING_HEARD = "warning-heard"
-WARNING_OVER = "warning-over"
-CORDONED = "cordoned"
-UNCORDONED = "uncordoned"
-DRAIN_STARTED = "drain-started"
-EVICTED = "evicted"
-DRAIN_FINISHED = "drain-finished"
-LOCK_RELEASED = "lock-released"
+from nodeagent.types import RESERVED_FIELDS, Milestone
+
+# The names, the agent's own (one vocabulary: a renamed milestone is renamed here too).
+SHUTDOWN_ANNOUNCED = Milestone.SHUTDOWN_ANNOUNCED.value
+SHUTDOWN_CANCELLED = Milestone.SHUTDOWN_CANCELLED.value
+WARNING_HEARD = Milestone.WARNING_HEARD.value
+WARNING_OVER = Milestone.WARNING_OVER.value
+CORDONED = Milestone.CORDONED.value
+UNCORDONED = Milestone.UNCORDONED.value
+DRAIN_STARTED = Milestone.DRAIN_STARTED.value
+EVICTED = Milestone.EVICTED.value
+DRAIN_FINISHED = Milestone.DRAIN_FINISHED.value
+LOCK_RELEASED = Milestone.LOCK_RELEASED.value
 
 JOURNAL_PREFIX = "NODEAGENT_"
 JOURNAL_NAME = "NODEAGENT_MILESTONE"
 # The keys of a JSON line that are not a milestone's fields.
-LINE_KEYS = frozenset({"ts", "level", "logger", "msg", "milestone", "message_id"})
+LINE_KEYS = RESERVED_FIELDS
 # The fields the agent writes (the interface's table). Only where journalctl is told which
 # fields to print (a VM's journal, read through its guest agent) does the list matter.
 FIELDS = (
     "source", "reason", "generation", "cloud", "kind", "event_id", "pods", "pod", "outcome",
-    "seconds",
+    "seconds", "late",
 )  # fmt: skip
 JOURNAL_KEYS = ("MESSAGE_ID", JOURNAL_NAME, *(JOURNAL_PREFIX + f.upper() for f in FIELDS))
 

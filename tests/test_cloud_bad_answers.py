@@ -178,6 +178,24 @@ def settled(n: Node, ep: Endpoint) -> dict[str, Any]:
     return last
 
 
+def warned(n: Node, ep: Endpoint) -> dict[str, list[str]]:
+    """The Node's Events once a standing warning's CloudWarning is among them and two reads
+    agree: the agent posts its Events in the background, which may land after the Node has
+    settled (a spot notice comes with a rebalance recommendation: two CloudWarnings)."""
+    last: dict[str, list[str]] | None = None
+
+    def steady() -> bool:
+        nonlocal last
+        now = n.events()
+        done = (not ep.stands or bool(now.get("CloudWarning"))) and now == last
+        last = now
+        return done
+
+    ku.wait_until(steady, 30, "the standing warning's Events", step=2)
+    assert last is not None
+    return last
+
+
 def answers(fake: FakeEndpoint, paths: set[str], count: int, timeout: float) -> None:
     """Until each of `paths` got `count` more GETs."""
     seen = {p: fake.reads(p) for p in paths}
@@ -206,7 +224,7 @@ def test_bad_answers_change_nothing_on_the_node(standing: tuple[Node, Endpoint])
         answers(ep.fake, ep.paths, 2, 30)
     before = settled(n, ep)
     assert before["cordoned"] == bool(ep.stands)
-    events = n.events()
+    events = warned(n, ep)
     drains = sum(
         agent.metric("nodeagent_drains_total", reason="warning", result=r) for r in RESULTS
     )

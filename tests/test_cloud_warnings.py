@@ -120,7 +120,12 @@ def test_spot_interruption_drains_before_the_time(node: Node) -> None:
     ku.wait_until(lambda: node.condition().get("reason") == "Drained", 20, "Drained")
     assert "aws interruption warning (Spot interruption: terminate" in node.condition()["message"]
     assert time.time() < at - 30
-    warned = node.events()["CloudWarning"]
+    # The agent posts its Events in the background: maybe after the condition's write.
+    warned = ku.wait_until(
+        lambda: w if len(w := node.events().get("CloudWarning") or []) >= 2 else None,
+        10,
+        "the two CloudWarning Events",
+    )
     assert any("Spot interruption: terminate" in m for m in warned), warned
     # The mock's rebalance recommendation (its time moves with every read) is one warning.
     assert len(warned) == 2, warned
@@ -267,7 +272,11 @@ def test_azure_reboot_listed_after_the_boot_fences_no_more(node: Node) -> None:
     ann = node.annotations()
     assert ann.get(marker.WARNING_DEPARTED) == "ev-reboot"
     assert not set(marker.MARKER_KEYS) & set(ann)
-    assert any("Uncordoned after reboot" in m for m in node.events()["Uncordoned"])
+    ku.wait_until(
+        lambda: any("Uncordoned after reboot" in m for m in node.events().get("Uncordoned", [])),
+        10,
+        "the Uncordoned Event, posted after the uncordon it reports",
+    )
     seen = agent.metric("nodeagent_loop_last_success_timestamp_seconds", loop="warnings")
     ku.wait_until(
         lambda: (

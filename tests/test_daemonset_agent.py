@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from hack import kubeutil as ku
+from hack import milestones as ms
 from hack.agentproc import AgentProcess, merged
 from nodeagent.host.logind import LOGIND_IFACE, LOGIND_NAME, LOGIND_PATH
 from nodeagent.host.systemd_manager import SYSTEMD_IFACE, SYSTEMD_NAME, SYSTEMD_PATH
@@ -56,7 +57,8 @@ def start_agent(
     # not draining is its own doing.
     plain_kill = extra.pop("plain_kill", "drain")
     shutdown = {"use_logind": True, "unknown": plain_kill, "stop": plain_kill}
-    config = merged({"shutdown": shutdown}, extra)
+    # JSON lines, as the DaemonSet form logs: its milestones are read as data from them.
+    config = merged({"": {"log_format": "json"}, "shutdown": shutdown}, extra)
     env = {
         "DBUS_SYSTEM_BUS_ADDRESS": logind.address,
         "NODEAGENT_FORM": form,
@@ -78,6 +80,11 @@ def agent_on(
         yield agent
     finally:
         agent.kill()
+
+
+def drain_finished(agent: AgentProcess, **fields: str) -> ms.Record | None:
+    """The agent's last drain-finished milestone with these fields, read from its JSON lines."""
+    return ms.last(ms.from_lines(agent.output().splitlines()), ms.DRAIN_FINISHED, **fields)
 
 
 def preparing(logind: Bus, value: bool) -> None:
@@ -116,7 +123,7 @@ def test_prepare_for_shutdown_drains_and_releases_the_lock(
         wait_for(lambda: not our_inhibitors(logind), 60)
         released = time.monotonic() - started
         assert cordoned(kube, node) and drained(kube, node), agent.output()
-        assert "drain for reboot: drained" in agent.output()
+        assert drain_finished(agent, reason="reboot", outcome="drained"), agent.output()
         print(f"PrepareForShutdown(true) to lock release: {released:.2f}s")
 
 
@@ -137,7 +144,7 @@ def test_sigterm_while_preparing_for_shutdown_finishes_the_drain(
         code = agent.stop(signal.SIGTERM, timeout=60)
         assert code == 0, agent.output()
         assert cordoned(kube, node) and drained(kube, node), agent.output()
-        assert "drained in" in agent.output(), agent.output()
+        assert drain_finished(agent, reason="poweroff", outcome="drained"), agent.output()
 
 
 def test_one_agent_per_node(

@@ -37,6 +37,9 @@ from nodeagent.kube.client import JSON, Kube, node_path, pods_path
 from nodeagent.report.events import EventRecorder
 from nodeagent.types import DrainOutcome
 
+# How long the drain's Events may take to reach the API server after it returns.
+EVENTS_SENT = 30.0
+
 
 @dataclass
 class Pair:
@@ -55,7 +58,11 @@ class Pair:
         options = DrainOptions(**opts)
         events = EventRecorder(self.kube, self.a)
         result = cordon_then_drain(Drain(self.kube, self.a, options, events))
-        events.flush()
+        # Every Event sent before a test reads them: the recorder's senders post in the
+        # background, behind the drain by more than flush's default 2 s on a loaded
+        # machine (a pod's DeletedForKubeletShutdown was missing from the list).
+        events.flush(EVENTS_SENT)
+        assert events.pending == 0, "Events still queued after the drain"
         return result
 
 

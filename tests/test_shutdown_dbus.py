@@ -919,7 +919,13 @@ def test_the_agent_says_when_the_kubelet_races_its_drain(
         ku.wait_pdb_ready(kube, ns, "web")
         emit_prepare(logind, True, "poweroff")
         ku.wait_until(lambda: drained(kube, node), 20, "drained")
-        assert "the kubelet's graceful shutdown is stopping it" in agent.output()
+        # The pod shows its deletion once the API server has it; the agent says so only
+        # after the delete's answer reached it, later on a loaded machine.
+        ku.wait_until(
+            lambda: "the kubelet's graceful shutdown is stopping it" in agent.output(),
+            10,
+            "the agent's line on the pod the kubelet is stopping",
+        )
         events = ku.wait_until(
             lambda: pod_events(kube, pod, "DeletedForKubeletShutdown"), 10, "the pod's Event"
         )
