@@ -203,8 +203,9 @@ def test_what_the_event_says() -> None:
     message = put_back.message("cluster-autoscaler (Update at 2026-11-29T07:00:00Z)")
     assert message == (
         f"spec.unschedulable set false; taint {marker.TAINT} removed; label "
-        f"{marker.EXCLUDE_LB_LABEL} removed while the evacuate taint {EVAC} holds (last "
-        "writer of the Node: cluster-autoscaler (Update at 2026-11-29T07:00:00Z)); set again"
+        f"{marker.EXCLUDE_LB_LABEL} removed while the evacuate taint {EVAC} holds (the API "
+        "server does not record who removes a field; the Node's last named writer: "
+        "cluster-autoscaler (Update at 2026-11-29T07:00:00Z)); set again"
     )
 
 

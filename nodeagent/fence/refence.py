@@ -52,7 +52,12 @@ class Refence:
 
     def message(self, writer: str) -> str:
         what = "; ".join(self.changes())
-        return f"{what} while {self.holds} holds (last writer of the Node: {writer}); set again"
+        # A write that only removes a field (an uncordon) leaves no managedFields entry, so
+        # the API server cannot name who removed it: the last writer it names is a hint.
+        return (
+            f"{what} while {self.holds} holds (the API server does not record who removes a "
+            f"field; the Node's last named writer: {writer}); set again"
+        )
 
 
 NONE = Refence()
