@@ -11,7 +11,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -24,6 +24,19 @@ from nodeagent.agent.command import (
     handle_errors,
     run_daemon,
 )
+
+if TYPE_CHECKING:
+    from nodeagent.report.events import EventRecorder
+
+# How long a one-shot command waits for its Events to be sent before it exits: each is one
+# request of the client's own timeout; on a busy API server 2 s lost some.
+EVENTS_FLUSH_S = 10.0
+
+
+def flush_events(events: EventRecorder) -> None:
+    """Wait for the command's Events; those still unsent when it exits are said."""
+    if not events.flush(EVENTS_FLUSH_S):
+        click.echo(f"nodeagent: warning: Events not sent within {EVENTS_FLUSH_S:.0f}s", err=True)
 
 
 def common_options(func: F) -> F:
@@ -185,7 +198,7 @@ def drain(reason: str, dry_run: bool, **params: Any) -> None:
         # The kubelet's identity may not change its Node's taints (NodeRestriction).
         result = cordon_then_drain(drain, detaching=detaching, taint=not who.is_kubelet)
         with result.phases.timed(Phase.EVENTS):
-            events.flush()
+            flush_events(events)
     from nodeagent.drain.summary import render
 
     click.echo(render(result))
@@ -211,7 +224,7 @@ def uncordon(force: bool, **params: Any) -> None:
     if do_uncordon(kube, cfg.node_name, force=force):
         events = EventRecorder(kube, cfg.node_name)
         events.node(get_node(kube, cfg.node_name), "Uncordoned", "Uncordoned by nodeagent")
-        events.flush()
+        flush_events(events)
         click.echo(f"node {cfg.node_name} uncordoned")
     else:
         click.echo(f"node {cfg.node_name} was not cordoned")
@@ -291,7 +304,7 @@ def wipe(pod_ref: str, dry_run: bool, **params: Any) -> None:
             report_wipe(kube, pod, result, events)
         except PodGone:
             fail(f"pod {pod_ref} was deleted during the wipe; nothing reported", 1)
-        events.flush()
+        flush_events(events)
     sys.exit(0 if result.ok else 1)
 
 

@@ -66,10 +66,11 @@ class EventRecorder:
         with self._changed:
             return len(self._queue)
 
-    def flush(self, timeout: float = 2.0) -> None:
-        """Wait up to `timeout` for every queued event to be sent (or to fail)."""
+    def flush(self, timeout: float = 2.0) -> bool:
+        """Wait up to `timeout` for every queued event to be sent (or to fail); whether
+        none is left."""
         with self._changed:
-            self._changed.wait_for(lambda: not self._queue and not self._busy, timeout)
+            return self._changed.wait_for(lambda: not self._queue and not self._busy, timeout)
 
     def _emit(self, namespace: str, ref: JSON, reason: str, message: str, kind: str) -> None:
         if not self.enabled:
