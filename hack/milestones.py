@@ -36,6 +36,11 @@ DRAIN_STARTED = Milestone.DRAIN_STARTED.value
 EVICTED = Milestone.EVICTED.value
 DRAIN_FINISHED = Milestone.DRAIN_FINISHED.value
 LOCK_RELEASED = Milestone.LOCK_RELEASED.value
+LOCK_TAKEN = Milestone.LOCK_TAKEN.value
+STOPPING = Milestone.STOPPING.value
+STANDING_BY = Milestone.STANDING_BY.value
+TOOK_OVER = Milestone.TOOK_OVER.value
+METRICS_FAILED = Milestone.METRICS_FAILED.value
 
 JOURNAL_PREFIX = "NODEAGENT_"
 JOURNAL_NAME = "NODEAGENT_MILESTONE"
@@ -45,7 +50,7 @@ LINE_KEYS = RESERVED_FIELDS
 # fields to print (a VM's journal, read through its guest agent) does the list matter.
 FIELDS = (
     "source", "reason", "generation", "cloud", "kind", "event_id", "pods", "pod", "outcome",
-    "seconds", "late",
+    "seconds", "late", "form", "pid", "address",
 )  # fmt: skip
 JOURNAL_KEYS = ("MESSAGE_ID", JOURNAL_NAME, *(JOURNAL_PREFIX + f.upper() for f in FIELDS))
 

@@ -229,6 +229,12 @@ class Milestone(Enum):
     EVICTED = "evicted"  # reason, pod
     DRAIN_FINISHED = "drain-finished"  # reason, outcome, seconds, late
     LOCK_RELEASED = "lock-released"  # generation
+    # The agent's own moments, which the harness waits on as it waits on a departure's.
+    LOCK_TAKEN = "lock-taken"  # (none): logind waits for the agent from here on
+    STOPPING = "stopping"  # reason: why the agent's SIGTERM came (host form)
+    STANDING_BY = "standing-by"  # form, pid (of the agent that runs this node)
+    TOOK_OVER = "took-over"  # form, pid (of the agent it stood by for, now gone)
+    METRICS_FAILED = "metrics-failed"  # address: /metrics and /healthz are not served
 
     @property
     def message_id(self) -> str:
@@ -247,6 +253,11 @@ _MESSAGE_IDS = {
     Milestone.EVICTED: "8e361cb6392c49f899a96d117b511646",
     Milestone.DRAIN_FINISHED: "6a15a7d036894b988b27cb654d80f2d2",
     Milestone.LOCK_RELEASED: "832259e787ea4f84bba0a1f7e1d309d5",
+    Milestone.LOCK_TAKEN: "200ce09c354742dcaeff53058505620b",
+    Milestone.STOPPING: "37d69e9f638c43188e4e052ec0feb071",
+    Milestone.STANDING_BY: "3adeae4c411e466db721fb4ccb168ff6",
+    Milestone.TOOK_OVER: "b2bc747b4d624a958325b564626ebc8c",
+    Milestone.METRICS_FAILED: "cbcfea3a334643988e086f9e46db7348",
 }
 
 # The record attributes a milestone's `extra` sets (read by nodeagent/agent/logs.py).

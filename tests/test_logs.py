@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.agent import logs
+from nodeagent.report import httpd
 from nodeagent.types import RESERVED_FIELDS, Milestone, milestone
 
 LOG = logging.getLogger("nodeagent.test")
@@ -187,3 +188,11 @@ def test_the_daemon_writes_milestones_at_any_verbosity(
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
     assert [line["msg"] for line in lines] == ["released", "written"]
     assert lines[0]["milestone"] == "lock-released" and lines[0]["generation"] == "2"
+
+
+def test_a_metrics_address_not_served_is_a_milestone(caplog: pytest.LogCaptureFixture) -> None:
+    # The harness tells a DaemonSet pod without its metrics port by this milestone.
+    with caplog.at_level(logging.WARNING, logger=httpd.__name__):
+        assert httpd.serve("127.0.0.1:no-port") is None
+    (which, fields) = logs.milestone_of(caplog.records[-1])
+    assert which is Milestone.METRICS_FAILED and fields == {"address": "127.0.0.1:no-port"}

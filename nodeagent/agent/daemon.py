@@ -39,6 +39,7 @@ from nodeagent.report import httpd
 from nodeagent.report.conditions import ConditionWriter, heartbeat_wait
 from nodeagent.report.events import EventRecorder
 from nodeagent.report.readiness import Readiness
+from nodeagent.types import Milestone, milestone
 
 log = logging.getLogger(__name__)
 
@@ -165,12 +166,16 @@ class Agent:
                     f"standing by: {holder.describe()} runs this node "
                     f"(claim file {self.claim.path}); taking over when it exits"
                 )
-                log.warning("%s", why)  # at every log level: two agents on a node is news
+                # At every log level (a milestone is): two agents on a node is news.
+                warn, form, pid = logging.WARNING, holder.form, holder.pid
+                milestone(log, Milestone.STANDING_BY, "%s", why, severity=warn, form=form, pid=pid)
                 self.notify.send(f"STATUS={why}")
             if self._sigterm.wait(1.0):
                 return False
         if seen is not None:
-            self.notify.status(f"took over the node from {seen.describe()}")
+            took = f"took over the node from {seen.describe()}"
+            milestone(log, Milestone.TOOK_OVER, "%s", took, form=seen.form, pid=seen.pid)
+            self.notify.send(f"STATUS={took}")
         return True
 
     def _raise_logind_delay(self, path: str) -> None:

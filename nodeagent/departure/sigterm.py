@@ -56,7 +56,15 @@ class StopHandler:
 
         evidence = why_stopping()
         reason = evidence.kind
-        log.info("stopping: reason %s (evidence: %s)", reason, ", ".join(evidence.jobs) or "none")
+        jobs = ", ".join(evidence.jobs) or "none"
+        milestone(
+            log,
+            Milestone.STOPPING,
+            "stopping: reason %s (evidence: %s)",
+            reason,
+            jobs,
+            reason=reason,
+        )
         if reason is Reason.REMOVE:
             # The package is going away, the node is not: no drain, whatever the policy. The
             # heartbeat stops here, so say so instead of leaving a condition that looks alive.

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodeagent.host.dbus import START_TIMEOUT, STOP_PATH_TIMEOUT, Bus, address, describe
-from nodeagent.types import Reason
+from nodeagent.types import Milestone, Reason, milestone
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ class DelayInhibitor:
                 self._fd = fd
         if not kept:  # another thread won the race; keep just one inhibitor
             os.close(fd)
-        log.info("holding a logind delay lock for shutdown")
+        milestone(log, Milestone.LOCK_TAKEN, "holding a logind delay lock for shutdown")
 
     def inhibit_delay_max_seconds(self) -> float:
         """Return logind's ``InhibitDelayMaxUSec`` in seconds: how long it waits for us.

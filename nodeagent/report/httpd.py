@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nodeagent import metrics
+from nodeagent.types import Milestone, milestone
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +145,15 @@ def serve(address: str, unhealthy: Callable[[], list[str]] = list) -> Any:
     try:
         server = Server(host, int(port), page)
     except (OSError, ValueError) as exc:
-        log.warning("metrics server on %s not started: %s", address, exc)
+        milestone(
+            log,
+            Milestone.METRICS_FAILED,
+            "metrics server on %s not started: %s",
+            address,
+            exc,
+            severity=logging.WARNING,
+            address=address,
+        )
         return None
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return server
