@@ -82,9 +82,18 @@ def agent_on(
         agent.kill()
 
 
+def said(agent: AgentProcess, name: str, **fields: str) -> ms.Record | None:
+    """The agent's last milestone `name` with these fields, read from its JSON lines."""
+    return ms.last(ms.from_lines(agent.output().splitlines()), name, **fields)
+
+
 def drain_finished(agent: AgentProcess, **fields: str) -> ms.Record | None:
-    """The agent's last drain-finished milestone with these fields, read from its JSON lines."""
-    return ms.last(ms.from_lines(agent.output().splitlines()), ms.DRAIN_FINISHED, **fields)
+    return said(agent, ms.DRAIN_FINISHED, **fields)
+
+
+def evictions_blocked(agent: AgentProcess) -> float:
+    """Pods whose eviction a PDB refused (each once per drain), from the agent's metrics."""
+    return agent.metric("nodeagent_evictions_total", result="blocked")
 
 
 def preparing(logind: Bus, value: bool) -> None:
@@ -159,12 +168,14 @@ def test_one_agent_per_node(
     try:
         wait_for(lambda: len(our_inhibitors(logind)) == 1, 15)
         new = start_agent(logind, tmp_path / "new", admin_kubeconfig, node, "pod", lock)
-        ku.wait_until(lambda: "standing by: pod agent" in new.output(), 15, "the new one waits")
+        old_pid = str(old.proc.pid)
+        standing = {"form": "pod", "pid": old_pid}  # the old agent's
+        ku.wait_until(lambda: said(new, ms.STANDING_BY, **standing), 15, "the new one waits")
         assert new.healthz()[0] == 200  # alive for the liveness probe while it waits
         time.sleep(2)
         assert len(our_inhibitors(logind)) == 1
         assert old.stop(signal.SIGTERM, timeout=30) == 0
-        ku.wait_until(lambda: "took over the node" in new.output(), 15, "the take-over")
+        ku.wait_until(lambda: said(new, ms.TOOK_OVER, **standing), 15, "the take-over")
         wait_for(lambda: len(our_inhibitors(logind)) == 1, 15)
         assert not cordoned(kube, node) and not drained(kube, node)
         # The new agent is the one logind now waits for.
@@ -228,7 +239,7 @@ def test_the_kubelet_stopping_the_pod_mid_drain_is_reported(
         ku.wait_until(lambda: ready_reason(kube, node) == "AgentRunning", 30, "the heartbeat")
         preparing(logind, True)
         emit_prepare(logind, True, "poweroff")
-        ku.wait_until(lambda: "eviction blocked" in agent.output(), 15, "the drain under way")
+        ku.wait_until(lambda: evictions_blocked(agent) >= 1, 15, "the drain under way")
         agent.proc.send_signal(signal.SIGTERM)
         ku.wait_until(
             lambda: ready_reason(kube, node) == "TerminationGraceTooShort", 15, "the report"

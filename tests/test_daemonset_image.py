@@ -369,7 +369,11 @@ def test_a_surge_rollout_does_nothing_to_the_node(
     old = pods(ku.unique("old"), node)
     holds_the_lock(logind, old)
     new = pods(ku.unique("new"), node)
-    ku.wait_until(lambda: "standing by" in new.output(), 60, "the new pod standing by")
+
+    def standing_by() -> ms.Record | None:
+        return ms.first(ms.from_lines(new.output().splitlines()), ms.STANDING_BY, form="pod")
+
+    ku.wait_until(standing_by, 60, "the new pod standing by")
     assert len(our_inhibitors(logind)) == 1
     assert old.stop(timeout=grace(rendered)) == 0, old.output()
     holds_the_lock(logind, new)  # the new pod's: the old one has exited

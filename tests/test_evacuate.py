@@ -217,7 +217,11 @@ def test_taint_removed_during_drain_stops_it_and_undoes(node: Node) -> None:
     agent = node.agent()
     node.taint()
     ku.wait_until(lambda: node.condition().get("reason") == "Draining", 15, "Draining")
-    ku.wait_until(lambda: "eviction blocked" in agent.output(), 15, "blocked by the PDB")
+    ku.wait_until(
+        lambda: agent.metric("nodeagent_evictions_total", result="blocked"),
+        15,
+        "blocked by the PDB",
+    )
 
     node.untaint()
     ku.wait_until(lambda: not node.cordoned(), 10, "uncordoned promptly")

@@ -205,11 +205,9 @@ def test_image_takes_the_logind_lock_and_drains_on_poweroff(flatcar_node: Node) 
     # restart (an image update) is told from a stop and does not drain.
     restart = machine.run("systemctl", "restart", "nodeagent", timeout=DEADLINE + MARGIN)
     assert restart.returncode == 0, restart.stderr
-    node.journal_line("stopping: reason restart")
+    node.milestone(ms.STOPPING, reason="restart")
     ku.wait_until(
-        lambda: sum("holding a logind delay lock" in m for m in machine.messages()) >= 2,
-        30,
-        "the restarted agent to take its logind lock",
+        lambda: node.locks_taken() >= 2, 30, "the restarted agent to take its logind lock"
     )
     assert not node.unschedulable()
 

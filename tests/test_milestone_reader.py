@@ -7,16 +7,20 @@ rewording every message changes no figure the benchmark and the VM runs compute.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hack import milestones as ms
+from hack.departure.scene import agent_ready, pod_milestone
 from hack.departure.ways import agent_times
 from hack.vmnode.node import JOURNAL_FIELDS
 from hack.vmnode.stage import SmokeFailed, milestone
 
 BASE = 1_764_400_000.0  # a wall-clock time, seconds
+WHEN = "2026-11-29T06:00:00.123456789Z"  # the kubelet's prefix's time
 
 # (seconds after BASE, milestone, fields, the agent's words today)
 SPOT_THEN_POWEROFF: list[tuple[float, str, dict[str, str], str]] = [
@@ -128,5 +132,88 @@ def test_values_journalctl_prints_as_arrays_are_no_fields() -> None:
 
 def test_the_vms_journal_is_asked_for_every_milestone_field() -> None:
     asked = set(JOURNAL_FIELDS.removeprefix("--output-fields=").split(","))
-    written = {k for e in journal() for k in e if k.startswith(("NODEAGENT_", "MESSAGE_ID"))}
+    entries = journal() + agent_journal()
+    written = {k for e in entries for k in e if k.startswith(("NODEAGENT_", "MESSAGE_ID"))}
     assert written <= asked, written - asked
+
+
+# The agent's own moments the harness and the tests wait on (its words today).
+AGENT_MOMENTS: list[tuple[float, str, dict[str, str], str]] = [
+    (0.0, ms.LOCK_TAKEN, {}, "holding a logind delay lock for shutdown"),
+    (0.2, ms.METRICS_FAILED, {"address": "0.0.0.0:9102"},
+     "metrics server on 0.0.0.0:9102 not started: [Errno 98] Address already in use"),
+    (0.5, ms.STANDING_BY, {"form": "pod", "pid": "41"},
+     "standing by: pod agent n1 (pid 41) since 2026-11-29T06:00:00Z runs this node (claim "
+     "file /run/nodeagent/agent.lock); taking over when it exits"),
+    (9.0, ms.TOOK_OVER, {"form": "pod", "pid": "41"},
+     "took over the node from pod agent n1 (pid 41) since 2026-11-29T06:00:00Z"),
+    (60.0, ms.STOPPING, {"reason": "restart"}, "stopping: reason restart (evidence: none)"),
+    (61.0, ms.LOCK_TAKEN, {}, "holding a logind delay lock for shutdown"),
+]  # fmt: skip
+REWORDINGS = [None, lambda words: "reworded", lambda words: words.upper()[::-1], str.title]
+
+
+def agent_journal(say: Any = None) -> list[dict[str, Any]]:
+    return [
+        {"MESSAGE": say(words) if say else words, "NODEAGENT_MILESTONE": name,
+         "__REALTIME_TIMESTAMP": str(round((BASE + at) * 1e6)),
+         **{f"NODEAGENT_{k.upper()}": v for k, v in fields.items()}}
+        for at, name, fields, words in AGENT_MOMENTS
+    ]  # fmt: skip
+
+
+@dataclass
+class JournalNode:
+    """A node as the departure scene reads it: its agent unit's journal entries."""
+
+    entries: list[dict[str, Any]]
+
+    def milestones(self) -> list[ms.Record]:
+        return ms.from_journal(self.entries)
+
+
+@dataclass
+class PodLogNode:
+    """A node as the DaemonSet readers see it: the kubelet's pod log files under its root."""
+
+    root: Path
+
+    def path(self, relative: str) -> Path:
+        return self.root / relative
+
+
+@pytest.mark.parametrize("say", REWORDINGS)
+def test_the_agents_own_moments_are_read_whatever_it_says(say: Any) -> None:
+    records = ms.from_journal(agent_journal(say))
+    assert sum(r.name == ms.LOCK_TAKEN for r in records) == 2  # its restarts (test_system)
+    assert ms.last(records, ms.STOPPING, reason="restart") is not None
+    assert ms.when(records, ms.STANDING_BY, form="pod", pid="41") == pytest.approx(BASE + 0.5)
+    assert ms.when(records, ms.TOOK_OVER, form="pod", pid="41") == pytest.approx(BASE + 9.0)
+    assert ms.first(records, ms.METRICS_FAILED, address="0.0.0.0:9102") is not None
+    assert agent_ready(JournalNode(agent_journal(say)))  # type: ignore[arg-type]
+
+
+def test_the_agents_words_alone_are_no_moment(tmp_path: Path) -> None:
+    bare = [{k: v for k, v in e.items() if not k.startswith("NODEAGENT_")} for e in agent_journal()]
+    assert not agent_ready(JournalNode(bare))  # type: ignore[arg-type]
+    node = PodLogNode(tmp_path)
+    logs = tmp_path / "var/log/pods/ns1_agent-x_0123/nodeagent"
+    logs.mkdir(parents=True)
+    (logs / "0.log").write_text("".join(f"{WHEN} stderr F {e['MESSAGE']}\n" for e in bare))
+    assert not pod_milestone(node, "ns1", ms.METRICS_FAILED)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("say", REWORDINGS)
+def test_a_pod_logs_moment_is_read_whatever_it_says(tmp_path: Path, say: Any) -> None:
+    logs = tmp_path / "var/log/pods/ns1_agent-x_0123/nodeagent"
+    logs.mkdir(parents=True)
+    lines = [
+        json.dumps({"ts": BASE + at, "level": "warning", "logger": "nodeagent.x",
+                    "msg": say(words) if say else words, "milestone": name, **fields})
+        for at, name, fields, words in AGENT_MOMENTS[:2]
+    ]  # fmt: skip
+    (logs / "0.log").write_text("".join(f"{WHEN} stderr F {line}\n" for line in lines))
+    node = PodLogNode(tmp_path)
+    assert pod_milestone(node, "ns1", ms.METRICS_FAILED)  # type: ignore[arg-type]
+    assert not pod_milestone(node, "ns1", ms.STANDING_BY)  # type: ignore[arg-type]
+    assert not pod_milestone(node, "other", ms.METRICS_FAILED)  # type: ignore[arg-type]

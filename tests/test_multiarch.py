@@ -188,7 +188,7 @@ def test_installed_agent_runs_its_unit_and_drains_on_poweroff(
     assert version.returncode == 0, version.stderr
     assert VERSION in version.stdout, version.stdout
     ku.wait_until(
-        lambda: any("holding a logind delay lock" in m for m in machine.messages()),
+        lambda: node.locks_taken() >= 1,
         AGENT_START,
         "the agent to take its logind lock",
     )

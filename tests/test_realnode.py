@@ -216,9 +216,7 @@ def agent_milestone(node: RealNode, name: str, **fields: str) -> float:
 
 def agent_ready(node: RealNode) -> None:
     ku.wait_until(
-        lambda: any("holding a logind delay lock" in m for m in node.messages("nodeagent.service")),
-        30,
-        "the agent to take its logind lock",
+        lambda: ms.first(node.milestones(), ms.LOCK_TAKEN), 30, "the agent to take its logind lock"
     )
 
 

@@ -727,7 +727,11 @@ def test_a_shutdown_cancelled_mid_drain_keeps_a_lock_and_undoes_the_fence(
     deadline = {"deadline": "30s"}
     with logind_agent(logind, tmp_path, admin_kubeconfig, node, drain=deadline) as agent:
         emit_prepare(logind, True, "poweroff")
-        ku.wait_until(lambda: "eviction blocked" in agent.output(), 15, "the drain under way")
+        ku.wait_until(
+            lambda: agent.metric("nodeagent_evictions_total", result="blocked"),
+            15,
+            "the drain under way",
+        )
         assert cordoned(kube, node)
         emit_prepare(logind, False, "poweroff")
         ku.wait_until(lambda: not cordoned(kube, node), 15, "the fence undone")

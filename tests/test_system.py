@@ -107,11 +107,15 @@ class Node:
 
     def agent_ready(self) -> None:
         """Until the agent holds its logind lock (it hears PrepareForShutdown from then on)."""
-        ku.wait_until(
-            lambda: any("holding a logind delay lock" in m for m in self.machine.messages()),
-            30,
-            "the agent to take its logind lock",
-        )
+        ku.wait_until(lambda: self.locks_taken() >= 1, 30, "the agent to take its logind lock")
+
+    def records(self) -> list[milestones.Record]:
+        """The agent's milestones in its unit's journal, every boot's (read as data)."""
+        return milestones.from_journal(self.machine.journal("-u", "nodeagent.service"))
+
+    def locks_taken(self) -> int:
+        """How often the agent took its logind lock (each start, each cancelled shutdown)."""
+        return sum(r.name == milestones.LOCK_TAKEN for r in self.records())
 
     def journal_line(self, text: str) -> dict[str, str]:
         found = [e for e in self.machine.journal("-u", "nodeagent.service") if text in e["MESSAGE"]]
@@ -120,7 +124,7 @@ class Node:
 
     def milestone(self, name: str, **fields: str) -> float:
         """When the agent last wrote milestone `name` with these fields (read as data)."""
-        records = milestones.from_journal(self.machine.journal("-u", "nodeagent.service"))
+        records = self.records()
         found = milestones.last(records, name, None, **fields)
         assert found, f"no milestone {name} {fields} in the agent's journal: {records}"
         return found.time
@@ -255,7 +259,7 @@ def test_stop_drains_and_start_uncordons(node: Node) -> None:
     stop = node.machine.run("systemctl", "stop", "nodeagent", timeout=DEADLINE + MARGIN)
     assert stop.returncode == 0, stop.stderr
     assert_drained(node, "stop")
-    node.journal_line("stopping: reason stop")
+    node.milestone(milestones.STOPPING, reason="stop")
     assert node.machine.kubelet_stops() == []  # a maintenance stop leaves the kubelet alone
 
     start = node.machine.run("systemctl", "start", "nodeagent")
@@ -272,12 +276,12 @@ def test_restart_neither_cordons_nor_evicts(node: Node) -> None:
     restart = node.machine.run("systemctl", "restart", "nodeagent", timeout=DEADLINE + MARGIN)
     assert restart.returncode == 0, restart.stderr
     ku.wait_until(
-        lambda: sum("holding a logind delay lock" in m for m in node.machine.messages()) >= 2,
+        lambda: node.locks_taken() >= 2,
         30,
         "the restarted agent to take its logind lock",
     )
 
-    node.journal_line("stopping: reason restart")
+    node.milestone(milestones.STOPPING, reason="restart")
     assert not node.unschedulable()
     assert CORDONED_BY not in node.annotations()
     assert node.left() == before
@@ -375,7 +379,7 @@ def test_poweroff_target_bypassing_logind_drains_on_sigterm(node: Node) -> None:
 
     assert_drained(node, "poweroff")
     assert not any("PrepareForShutdown(True" in m for m in node.machine.messages())
-    node.journal_line("stopping: reason poweroff")
+    node.milestone(milestones.STOPPING, reason="poweroff")
     (stopped,) = node.machine.kubelet_stops()
     drained = node.milestone(milestones.DRAIN_FINISHED, reason="poweroff", outcome="drained")
     assert start < drained < stopped
@@ -597,9 +601,9 @@ def test_upgrade_restarts_the_agent_without_draining(node: Node, tmp_path: Path)
 
     dpkg(node, "-i", put_deb(node, next_deb(build_deb(), tmp_path, "0.1.0+next1")))
 
-    node.journal_line("stopping: reason restart")
+    node.milestone(milestones.STOPPING, reason="restart")
     ku.wait_until(
-        lambda: sum("holding a logind delay lock" in m for m in node.machine.messages()) >= 2,
+        lambda: node.locks_taken() >= 2,
         30,
         "the upgraded agent to take its logind lock",
     )
@@ -669,11 +673,11 @@ def test_install_reloads_logind_and_removal_neither_drains_nor_lingers(
 
         dpkg(node, "-r", "nodeagent")
         stopping = ku.wait_until(
-            lambda: [m for m in machine.messages() if "stopping: reason" in m],
+            lambda: [r for r in node.records() if r.name == milestones.STOPPING],
             10,
-            "the agent's stop line in the journal",
+            "the agent's stopping milestone in the journal",
         )
-        assert "stopping: reason remove" in stopping[-1], stopping
+        assert stopping[-1].fields.get("reason") == "remove", stopping
         no_fence(node)
         assert node.left() == before
         cond = ready_condition(node)

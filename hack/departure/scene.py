@@ -316,7 +316,7 @@ class Scene:
         elif self.config.agent:
             for node in (self.leaving, self.staying):
                 ku.wait_until(
-                    functools.partial(_agent_ready, node),
+                    functools.partial(agent_ready, node),
                     60 if isinstance(node, RealNode) else self.ready_timeout,
                     f"the agent on {node.name}",
                     step=POLL_S,
@@ -381,8 +381,8 @@ class Scene:
             agent_daemonset.apply(self.cluster, self.agent_ns, values, self.rbac, release, True)
 
     def _wait_daemonset(self) -> None:
-        """Each node's agent pod Ready and holding its logind delay lock (its INFO line
-        "holding a logind delay lock" goes to the pod's log, not the node's journal)."""
+        """Each node's agent pod Ready and holding its logind delay lock (its milestone
+        lock-taken goes to the pod's log, not the node's journal: logind's list is read)."""
         nodes = (self._nspawn_leaving(), self.staying)
 
         def ready() -> bool:
@@ -393,7 +393,7 @@ class Scene:
         for node in nodes:
             lock = functools.partial(agent_daemonset.agent_locks, node)
             ku.wait_until(lock, 60, f"the agent's logind delay lock on {node.name}", step=POLL_S)
-            if _pod_log_has(node, self.agent_ns, "metrics server on"):
+            if pod_milestone(node, self.agent_ns, ms.METRICS_FAILED):
                 raise RuntimeError(f"the agent on {node.name} has no metrics port (see its log)")
 
     def pods(self) -> list[dict[str, Any]]:
@@ -569,14 +569,18 @@ def _until_unrouted(tracker: EndpointTracker, ips: list[str], end: float, notes:
         time.sleep(0.5)
 
 
-def _pod_log_has(node: RealNode, ns: str, text: str) -> bool:
-    """Whether an agent pod's log holds `text` (a line that is no milestone)."""
+def pod_milestone(node: RealNode, ns: str, name: str) -> bool:
+    """Whether an agent pod's log (a JSON line each, behind the kubelet's prefix) holds
+    the milestone `name`."""
     logs = agent_daemonset.pod_logs(node, ns)
-    return any(text in log.read_text(errors="replace") for log in logs)
+    return any(
+        ms.first(ms.from_lines(log.read_text(errors="replace").splitlines()), name) is not None
+        for log in logs
+    )
 
 
-def _agent_ready(node: Node) -> bool:
-    return any("holding a logind delay lock" in m for m in node.messages("nodeagent.service"))
+def agent_ready(node: Node) -> bool:
+    return ms.first(node.milestones(), ms.LOCK_TAKEN) is not None
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:

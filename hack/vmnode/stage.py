@@ -103,9 +103,8 @@ def boot_with_workload(stage: Stage) -> None:
 
 def wait_agent(node: VmNode) -> None:
     def holding() -> bool:
-        # Not a milestone: the lock taken at the agent's start is its readiness.
-        out = node.run("journalctl", "-u", "nodeagent", "-o", "cat").stdout
-        return "holding a logind delay lock" in out
+        # The lock taken at the agent's start is its readiness.
+        return milestones.first(node.milestones(), milestones.LOCK_TAKEN) is not None
 
     node.wait(300, holding, "the agent never took its logind lock")
 
