@@ -235,6 +235,7 @@ class Milestone(Enum):
     STANDING_BY = "standing-by"  # form, pid (of the agent that runs this node)
     TOOK_OVER = "took-over"  # form, pid (of the agent it stood by for, now gone)
     METRICS_FAILED = "metrics-failed"  # address: /metrics and /healthz are not served
+    DRAIN_FAILED = "drain-failed"  # reason: a shutdown's drain ended by an API error
 
     @property
     def message_id(self) -> str:
@@ -258,6 +259,7 @@ _MESSAGE_IDS = {
     Milestone.STANDING_BY: "3adeae4c411e466db721fb4ccb168ff6",
     Milestone.TOOK_OVER: "b2bc747b4d624a958325b564626ebc8c",
     Milestone.METRICS_FAILED: "cbcfea3a334643988e086f9e46db7348",
+    Milestone.DRAIN_FAILED: "92c2ba5f4c494d75a813d62c93625fe8",
 }
 
 # The record attributes a milestone's `extra` sets (read by nodeagent/agent/logs.py).

@@ -147,6 +147,8 @@ AGENT_MOMENTS: list[tuple[float, str, dict[str, str], str]] = [
      "file /run/nodeagent/agent.lock); taking over when it exits"),
     (9.0, ms.TOOK_OVER, {"form": "pod", "pid": "41"},
      "took over the node from pod agent n1 (pid 41) since 2026-11-29T06:00:00Z"),
+    (30.0, ms.DRAIN_FAILED, {"reason": "poweroff"},
+     "shutdown drain failed: GET /api/v1/nodes/n1: timed out"),
     (60.0, ms.STOPPING, {"reason": "restart"}, "stopping: reason restart (evidence: none)"),
     (61.0, ms.LOCK_TAKEN, {}, "holding a logind delay lock for shutdown"),
 ]  # fmt: skip
@@ -190,6 +192,7 @@ def test_the_agents_own_moments_are_read_whatever_it_says(say: Any) -> None:
     assert ms.when(records, ms.STANDING_BY, form="pod", pid="41") == pytest.approx(BASE + 0.5)
     assert ms.when(records, ms.TOOK_OVER, form="pod", pid="41") == pytest.approx(BASE + 9.0)
     assert ms.first(records, ms.METRICS_FAILED, address="0.0.0.0:9102") is not None
+    assert ms.when(records, ms.DRAIN_FAILED, reason="poweroff") == pytest.approx(BASE + 30.0)
     assert agent_ready(JournalNode(agent_journal(say)))  # type: ignore[arg-type]
 
 

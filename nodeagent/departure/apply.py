@@ -25,7 +25,7 @@ from nodeagent.fence import marker
 from nodeagent.fence.decision import Decision, Observed, decide
 from nodeagent.fence.others import Others, other_handler
 from nodeagent.kube.client import JSON, Kube, KubeError
-from nodeagent.types import FINISHED, Notice, Occasion, Policy, Reason, Step
+from nodeagent.types import FINISHED, Milestone, Notice, Occasion, Policy, Reason, Step, milestone
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,8 @@ class Applier:
                 redecide=redecide,
             )
         except KubeError as exc:
-            log.error("shutdown drain failed: %s", exc)
+            said = "shutdown drain failed: %s"
+            milestone(log, Milestone.DRAIN_FAILED, said, exc, severity=logging.ERROR, reason=reason)
             self.status(f"drain for {reason} failed: {exc}")
             return
         if result is not None:
