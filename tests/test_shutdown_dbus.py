@@ -33,6 +33,7 @@ from jeepney.bus_messages import message_bus
 from jeepney.io.blocking import DBusConnection, open_dbus_connection
 
 from hack import kubeutil as ku
+from hack import milestones as ms
 from hack.agentproc import AgentProcess
 from nodeagent.fence.marker import CORDONED_BY
 from nodeagent.host.dbus import system_bus_address
@@ -681,7 +682,8 @@ def logind_agent(
     """`nodeagent run` on the mock logind's bus, holding its delay lock; killed after."""
     delay = (LOGIND_IFACE, "InhibitDelayMaxUSec", ("t", 120_000_000))
     mock_call(logind, LOGIND_PATH, "AddProperty", "ssv", delay)
-    config = {**config, "shutdown": {"use_logind": True}}
+    # JSON lines, as the DaemonSet form logs: the milestones are read from them as data.
+    config = {**config, "": {"log_format": "json"}, "shutdown": {"use_logind": True}}
     env = {"DBUS_SYSTEM_BUS_ADDRESS": logind.address}
     agent = AgentProcess.start(workdir, kubeconfig, node, config, env)
     try:
@@ -689,6 +691,11 @@ def logind_agent(
         yield agent
     finally:
         agent.kill()
+
+
+def said(agent: AgentProcess) -> list[ms.Record]:
+    """The agent's milestones, read from its JSON lines."""
+    return ms.from_lines(agent.output().splitlines())
 
 
 def node_with_a_pod(cluster: Any, kube: Any, prefix: str) -> str:
@@ -738,7 +745,11 @@ def test_a_shutdown_cancelled_mid_drain_keeps_a_lock_and_undoes_the_fence(
         assert CORDONED_BY not in (ku.node(kube, node)["metadata"].get("annotations") or {})
         ku.wait_until(lambda: "Uncordoned" in [e["reason"] for e in ku.node_events(kube, node)])
         # The cancelled drain has ended (it stops promptly); the lock is still there.
-        ku.wait_until(lambda: "cancelled in" in agent.output(), 15, "the old drain ended")
+        ku.wait_until(
+            lambda: ms.last(said(agent), ms.DRAIN_FINISHED, outcome="cancelled"),
+            15,
+            "the old drain ended",
+        )
         time.sleep(0.5)
         assert len(our_inhibitors(logind)) == 1, agent.output()
         assert len(ku.running(ku.pods_on(kube, node))) == 2
@@ -757,7 +768,9 @@ def test_back_to_back_true_and_false_leave_the_agent_ready_for_the_next_shutdown
         for _ in range(3):
             emit_prepare(logind, True, "poweroff")
             emit_prepare(logind, False, "poweroff")
-        ku.wait_until(lambda: agent.output().count("shutdown cancelled") == 3, 15, "3 cancels")
+        ku.wait_until(
+            lambda: sum(r.name == ms.SHUTDOWN_CANCELLED for r in said(agent)) == 3, 15, "3 cancels"
+        )
         ku.wait_until(lambda: not cordoned(kube, node), 15, "no fence left")
         wait_for(lambda: len(our_inhibitors(logind)) == 1, 15)
 

@@ -331,7 +331,7 @@ def test_unreachable_api_server_does_not_hold_up_shutdown(node: Node, cluster: A
 
     print(f"poweroff with the API server down: {took:.1f}s")
     assert took < DEADLINE + MARGIN
-    failed = realtime(node.journal_line("drain for poweroff failed"))
+    failed = node.milestone(milestones.DRAIN_FAILED, reason="poweroff")
     (stopped,) = node.machine.kubelet_stops()
     assert failed < stopped
     assert not node.unschedulable()

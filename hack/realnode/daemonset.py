@@ -122,8 +122,8 @@ def ready_agents(kube: Any, ns: str) -> list[JSON]:
 
 
 def agent_locks(node: RealNode) -> list[str]:
-    """The agent's logind delay locks on `node` (the pod's equivalent of the host form's
-    "holding a logind delay lock" journal line: its log lives in the pod's log file)."""
+    """The agent's logind delay locks on `node`, as logind lists them (the pod's equivalent
+    of the host form's lock-taken milestone, which goes to the pod's log file)."""
     out = node.run("systemd-inhibit", "--list", "--no-legend", "--no-pager").stdout
     return [line for line in out.splitlines() if "nodeagent" in line and "delay" in line]
 
