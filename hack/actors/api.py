@@ -63,11 +63,7 @@ def client_as(kubeconfig: Path, manager: str) -> Kube:
     default User-Agent starts with the binary's name (cluster-autoscaler, kured,
     node-termination-handler), Karpenter's is "karpenter", kubectl cordon and uncordon name
     "kubectl-cordon"."""
-    kube = Kube.from_kubeconfig(str(kubeconfig))
-    # The product's client has no User-Agent setting (it is always the agent): its
-    # transport's headers are this copy's own (one transport per client).
-    kube._transport._headers["User-Agent"] = f"{manager}/harness"
-    return kube
+    return Kube.from_kubeconfig(str(kubeconfig), user_agent=f"{manager}/harness")
 
 
 def name_of(obj: JSON) -> str:

@@ -210,18 +210,19 @@ class Kube:
         return clone
 
     @classmethod
-    def from_kubeconfig(cls, kubeconfig: str) -> Kube:
+    def from_kubeconfig(cls, kubeconfig: str, user_agent: str | None = None) -> Kube:
         """The client of the kubeconfig at `kubeconfig`. It looks for no other: which
-        credentials the agent uses is `nodeagent.kube.credentials.plan`'s choice."""
+        credentials the agent uses is `nodeagent.kube.credentials.plan`'s choice.
+        `user_agent`: another than the agent's (a harness's client of another tool)."""
         from nodeagent.kube import kubeconfig as kc
 
-        return cls.from_endpoint(kc.endpoint(kubeconfig))
+        return cls.from_endpoint(kc.endpoint(kubeconfig), user_agent)
 
     @classmethod
-    def from_endpoint(cls, endpoint: Endpoint) -> Kube:
+    def from_endpoint(cls, endpoint: Endpoint, user_agent: str | None = None) -> Kube:
         import urllib3
 
-        from nodeagent.kube.transport import Transport
+        from nodeagent.kube.transport import USER_AGENT, Transport
 
         # One retry of a failed connect; reads are never retried (not every verb is
         # idempotent), nor are answers: urllib3 would by itself resend a 429 with a
@@ -236,7 +237,8 @@ class Kube:
             backoff_factor=0.1,
             respect_retry_after_header=False,
         )
-        return cls(Transport(endpoint, pool_size=POOL_SIZE, retries=retries))
+        agent = user_agent or USER_AGENT
+        return cls(Transport(endpoint, pool_size=POOL_SIZE, retries=retries, user_agent=agent))
 
     def request(
         self,

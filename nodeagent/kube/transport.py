@@ -57,10 +57,18 @@ class _WatchedFile:
 class Transport:
     """A pool of connections to `endpoint`, shared by threads."""
 
-    def __init__(self, endpoint: Endpoint, *, pool_size: int, retries: urllib3.Retry) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        pool_size: int,
+        retries: urllib3.Retry,
+        user_agent: str = USER_AGENT,
+    ) -> None:
         self.endpoint = endpoint
         self._pool_args: dict[str, Any] = {"maxsize": pool_size, "retries": retries}
-        self._headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        # The API server records a write's field manager as its User-Agent up to the "/".
+        self._headers = {"Accept": "application/json", "User-Agent": user_agent}
         pems = (("client certificate", endpoint.cert), ("CA bundle", endpoint.ca))
         self._files = [_WatchedFile(what, p.path) for what, p in pems if p is not None and p.path]
         self._lock = threading.Lock()
