@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hack.localcluster.reflector import Reflector
 from hack.realnode import stateful
 from hack.realnode.traffic import ClientError, ClientNet
 from nodeagent.kube.client import ApiError, Kube, KubeError, api_stamp
@@ -99,36 +99,8 @@ class EndpointTracker:
         self._thread.join(10)
 
 
-# A watch ends this often so that stop() is heard; a stream this long without a byte is
-# dead (the API server sends bookmarks meanwhile).
+# A watch ends this often so that stop() is heard; silent 30 s longer, it is dead.
 WATCH_S = 5
-SILENCE_S = 15.0
-
-
-def follow(kube: Kube, path: str, query: dict[str, str], seen: Callable[[str, Any], None],
-           stop: threading.Event) -> None:  # fmt: skip
-    """List, then watch from the list's version until `stop`; `seen` hears every object
-    ("LISTED" for the list's, then "SYNCED" with None) and DELETED. Any error lists again
-    half a second later: a tracker must see the whole departure, whatever the API server
-    answers meanwhile."""
-    while not stop.is_set():
-        try:
-            listed = kube.get(path, **query)
-            for item in listed["items"]:
-                seen("LISTED", item)
-            seen("SYNCED", None)  # the list is all heard
-            version = listed["metadata"]["resourceVersion"]
-            while not stop.is_set():
-                params = {**query, "resourceVersion": version, "allowWatchBookmarks": "true"}
-                for event in kube.watch(path, params, WATCH_S, SILENCE_S):
-                    obj = event["object"]
-                    if event["type"] == "ERROR":  # 410 Gone and the like: list again
-                        raise RuntimeError(str(obj.get("message")))
-                    version = obj["metadata"]["resourceVersion"]
-                    if event["type"] != "BOOKMARK":
-                        seen(event["type"], obj)
-        except Exception:  # listed again (the docstring's why)
-            stop.wait(0.5)
 
 
 class NodeWatch:
@@ -144,31 +116,28 @@ class NodeWatch:
         self._started = False
         self._synced = threading.Event()  # the pods' first list heard
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        byname = {"fieldSelector": f"metadata.name={node}"}
-        onto = {"fieldSelector": f"spec.nodeName={node}"}
-        self._threads = [
-            threading.Thread(target=follow, args=(kube, "/api/v1/nodes", byname, self._node,
-                                                  self._stop), daemon=True),
-            threading.Thread(target=follow, args=(kube, "/api/v1/pods", onto, self._pod,
-                                                  self._stop), daemon=True),
+        self._stopped = False  # what the watches still deliver after stop() is not kept
+        # The harness's reflector, not the agent's: the agent's drops managedFields.
+        self._reflectors = [
+            Reflector(kube, "/api/v1/nodes", self._node, watch_seconds=WATCH_S,
+                      params={"fieldSelector": f"metadata.name={node}"}),
+            Reflector(kube, "/api/v1/pods", self._pod, watch_seconds=WATCH_S,
+                      params={"fieldSelector": f"spec.nodeName={node}"},
+                      on_synced=self._synced.set),
         ]  # fmt: skip
-        for t in self._threads:
-            t.start()
+        for r in self._reflectors:
+            r.start()
 
     def _node(self, kind: str, obj: Any) -> None:
-        if kind == "SYNCED":
-            return
         with self._lock:
+            if self._stopped:
+                return
             self.versions.append((time.time(), None if kind == "DELETED" else obj))
 
     def _pod(self, kind: str, obj: Any) -> None:
-        if kind == "SYNCED":
-            self._synced.set()
-            return
         meta = obj["metadata"]
         with self._lock:
-            if meta["uid"] in self._uids or kind == "DELETED":
+            if self._stopped or meta["uid"] in self._uids or kind == "DELETED":
                 return
             self._uids.add(meta["uid"])
             if not self._started:
@@ -184,9 +153,10 @@ class NodeWatch:
             self._started = True
 
     def stop(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(WATCH_S + SILENCE_S)
+        with self._lock:
+            self._stopped = True
+        for r in self._reflectors:
+            r.stop(WATCH_S + 30)
 
     def figures(self, kube: Kube, started: float, until: float | None, keep: Path) -> Witnessed:
         """SceneResult's who-did-what (witness.py): the pods bound to the node after the

@@ -44,8 +44,12 @@ class Reflector:
         *,
         params: Mapping[str, str] | None = None,
         on_synced: Callable[[], None] | None = None,
+        watch_seconds: int | None = None,
     ) -> None:
         self.kube = kube
+        # How long each watch is asked to last (None: 4 to 6 minutes, as client-go's
+        # reflector spreads them); a short one lets stop() end the thread promptly.
+        self.watch_seconds = watch_seconds
         self.path = path
         self.params = dict(params or {})
         self.handler = handler
@@ -56,6 +60,11 @@ class Reflector:
 
     def start(self) -> None:
         self.thread.start()
+
+    def stop(self, timeout: float) -> None:
+        """Stop after the current watch ends; wait `timeout` at most for it."""
+        self.stopped.set()
+        self.thread.join(timeout)
 
     def _run(self) -> None:
         backoff = 0.1
@@ -86,7 +95,7 @@ class Reflector:
     def _watch(self, rv: str) -> None:
         while not self.stopped.is_set():
             query = {**self.params, "resourceVersion": rv, "allowWatchBookmarks": "true"}
-            length = random.randint(240, 360)
+            length = self.watch_seconds or random.randint(240, 360)
             # Silent for longer than the watch was asked to last: a dead connection.
             for event in self.kube.watch(self.path, query, length, silence=length + 30):
                 kind, obj = str(event.get("type")), event.get("object") or {}
