@@ -43,8 +43,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# The API server names the agent's writes after its User-Agent (kube/transport.py).
-FIELD_MANAGER = "nodeagent"
+# The API server names the agent's writes after its User-Agent up to the "/"
+# (kube/transport.py): the agent's name.
+FIELD_MANAGER = marker.AGENT
 NODE_CHANGED_RETRIES = 3  # reads of a Node that keeps changing under a cordon, then give up
 # Outcomes that say nothing about the node: no drain result is recorded for them.
 UNRECORDED = (DrainOutcome.CANCELLED, DrainOutcome.DRY_RUN)
@@ -277,6 +278,8 @@ class FenceExecutor:
         kube = self.kube if ctx.deadline == math.inf else self.kube.bounded(ctx.deadline)
         if decision.step in (Step.CORDON, Step.UNCORDON):
             self.late.forget()  # a result kept belongs to the fence this replaces
+        if decision.step in (Step.CORDON, Step.UNTAINT, Step.FORGET) and "spec" not in node:
+            node = marker.get_node(kube, self.cfg.node_name)  # not observed yet
         if decision.step is Step.CORDON:
             self._cordon(kube, decision, node)
             return None
@@ -287,14 +290,10 @@ class FenceExecutor:
             self.refence(kube, decision, node)
             return None
         if decision.step is Step.UNTAINT:
-            if "spec" not in node:  # not observed yet
-                node = marker.get_node(kube, self.cfg.node_name)
             marker.untaint(kube, node)
             log.info("fence: %s; taint %s removed", decision.why, marker.TAINT)
             return None
         if decision.step is Step.FORGET:
-            if "spec" not in node:  # not observed yet
-                node = marker.get_node(kube, self.cfg.node_name)
             marker.forget_departed(kube, node)
             return None
         if decision.step is Step.DRAIN:
@@ -387,8 +386,6 @@ class FenceExecutor:
 
     def _cordon(self, kube: Kube, decision: Decision, node: JSON) -> None:
         assert decision.reason is not None
-        if "spec" not in node:  # not observed yet
-            node = marker.get_node(kube, self.cfg.node_name)
         changed = marker.cordon(
             kube, node, decision.reason, decision.keep, _notes(decision), taint=self.may_taint
         )

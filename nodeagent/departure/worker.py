@@ -27,7 +27,6 @@ from nodeagent.departure.warnings import CloudWarnings
 from nodeagent.fence import marker
 from nodeagent.fence.decision import evacuation_asked, preempts
 from nodeagent.fence.others import Others, other_handler, standing_aside
-from nodeagent.fence.refence import Refences
 from nodeagent.kube.client import JSON, Kube
 from nodeagent.kube.watch import Reflector
 from nodeagent.report.conditions import ConditionWriter
@@ -161,8 +160,7 @@ class Departure:
             self._node = None
             running = self.state.running
             self.state.retry_at = 0.0
-            self.state.refences = Refences()
-            self.executor.refences = self.state.refences
+            self.state.refences.reset()
             self.state.deleted = meta.get("uid", "")
             self.state.handler_seen = ""  # memory of that object
         going_on = running is not None and running.reason.going_down

@@ -107,6 +107,11 @@ class Refences:
             return False
         return len([t for t in self.times if now - t < CONTESTED_WINDOW]) >= CONTESTED_AFTER
 
+    def reset(self) -> None:
+        """Forget every cordon put back (the Node they were put back on is gone); in place,
+        as the worker's state and the executor share this one record."""
+        self.departure, self.times = "", []
+
     def count(self, departure: str, now: float) -> int:
         """Note one cordon put back; returns how many in the window."""
         if departure != self.departure:
