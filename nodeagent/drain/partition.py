@@ -5,7 +5,7 @@ next request at once, but a silent one (a partition, a blackhole) fails nothing 
 request's timeout ends, and a watch waits out its silence for longer still; meanwhile the
 drain would go on reporting pods it can no longer see. So while the drain runs, a request
 or watch byte answered in the last QUIET seconds is proof enough; after that a quick
-probe (GET /version, PROBE_TIMEOUT) asks. A change either way is said at once, and the
+probe (GET /livez, PROBE_TIMEOUT) asks. A change either way is said at once, and the
 drain's progress lines say the API server is unreachable and name the pods only as last
 seen (nodeagent/drain/engine.py).
 

@@ -325,9 +325,12 @@ class Kube:
         return resp
 
     def probe(self, timeout: float) -> None:
-        """One quick request (GET /version, readable by every authenticated user) to tell
-        whether the API server answers at all; raises Unreachable when it does not."""
-        url = f"{self.host}/version"
+        """One quick request to tell whether the API server answers at all; raises
+        Unreachable when it does not. GET /livez: readable by every authenticated user
+        (system:public-info-viewer), and matched by the API server's default `probes` flow
+        schema, which is exempt from Priority and Fairness, so a throttled level neither
+        queues nor refuses it. Any answer proves the server is there, even a 429 or a 500."""
+        url = f"{self.host}/livez"
         resp = self._send("GET", url, None, {}, timeout, connect=timeout, retries=False)
         _ = resp.data  # read to the end: the connection goes back to the pool
 
