@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from nodeagent.kube.backoff import Backoff, Retries
 from nodeagent.kube.client import JSON, ApiError, Kube, api_stamp, node_path
 from nodeagent.objects import condition
 
@@ -34,7 +35,6 @@ find = condition
 
 log = logging.getLogger(__name__)
 
-RETRY_SECONDS = 5.0
 READY = "NodeAgentReady"
 DRAINED = "NodeAgentDrained"
 
@@ -168,14 +168,18 @@ class ConditionWriter:
     """Writes Node conditions from one background thread, latest per type wins.
 
     `current` is the agent's view of its own Node (from its watch), used to keep
-    transition times; a write failure is logged and retried with the next write. A Node
+    transition times. A failed write is tried again, with what was set meanwhile, on the
+    shared backoff (kube/backoff.py: 1 s doubling to 30 s, with jitter, and at once when
+    the API server answers again): at a fixed interval every node of a fleet would call
+    an API server in an outage in step, for as long as it lasts. A Node
     deleted (`gone`, or a write answered 404) is final for that object: nothing is written
     or retried until the kubelet registers a new one (`observe` with another UID), and
     then the latest of each condition is written at once, not at the next heartbeat.
     """
 
-    def __init__(self, kube: Kube, node_name: str) -> None:
+    def __init__(self, kube: Kube, node_name: str, backoff: Backoff | None = None) -> None:
         self.kube = kube
+        self.retries = Retries(kube.reach, backoff)  # the background writer's failures
         self.node_name = node_name
         self.node: JSON = {"metadata": {"name": node_name}}
         self._pending: dict[str, Condition] = {}
@@ -260,6 +264,7 @@ class ConditionWriter:
 
     def _run(self) -> None:
         while True:
+            self.retries.wait()
             with self._cond:
                 while not self._pending:
                     self._idle.set()
@@ -272,10 +277,12 @@ class ConditionWriter:
             try:
                 with self._writing:
                     self._write(node, batch)
+                self.retries.succeeded()
             except ApiError as exc:
                 if exc.status != 404:
                     self._retry(batch, exc)
                     continue
+                self.retries.succeeded()  # an answer, and nothing to try again
                 with self._cond:  # deleted: final for this object (the watch says it)
                     self._gone = self._gone or node["metadata"].get("uid", "") or "?"
                     self._parked |= {c.type: c for c in batch}
@@ -283,8 +290,15 @@ class ConditionWriter:
                 self._retry(batch, exc)
 
     def _retry(self, batch: list[Condition], exc: Exception) -> None:
-        log.warning("could not write node conditions: %s; retrying", exc)
+        """Keep `batch` for the next try (the loop waits for it to be due)."""
+        wait = self.retries.failed()
+        log.warning(
+            "could not write node conditions (failure %d in a row): %s; retrying in %.1fs, "
+            "or at once when the API server answers again",
+            self.retries.failures,
+            exc,
+            wait,
+        )
         with self._cond:
             for c in batch:  # a newer condition of the same type wins
                 self._pending.setdefault(c.type, c)
-        time.sleep(RETRY_SECONDS)
