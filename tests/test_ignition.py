@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from hack.deb import hack
+from nodeagent.agent.logs import JOURNAL_SOCKET
 from tests.test_units import HOST_UNITS, parse_unit, systemd_analyze
 
 REPO = Path(__file__).resolve().parent.parent
@@ -174,7 +175,8 @@ def parse_unit_text(text: str, tmp_path: Path) -> dict[str, dict[str, list[str]]
     return parse_unit(path)
 
 
-def test_quadlet_generates_a_unit_that_verifies(built: Path, tools: Path, tmp_path: Path) -> None:
+def quadlet_unit(built: Path, tools: Path, tmp_path: Path) -> str:
+    """The nodeagent.service podman's Quadlet generator makes of the FCOS config's file."""
     quadlets = {
         path.removeprefix(QUADLET_DIR): text
         for path, text in files(built, "fcos").items()
@@ -194,7 +196,11 @@ def test_quadlet_generates_a_unit_that_verifies(built: Path, tools: Path, tmp_pa
     )
     assert out.returncode == 0, out.stderr
     assert "---nodeagent.service---" in out.stdout, out.stdout + out.stderr
-    unit = out.stdout.split("---nodeagent.service---", 1)[1]
+    return out.stdout.split("---nodeagent.service---", 1)[1]
+
+
+def test_quadlet_generates_a_unit_that_verifies(built: Path, tools: Path, tmp_path: Path) -> None:
+    unit = quadlet_unit(built, tools, tmp_path)
     service = parse_unit_text(unit, tmp_path)["Service"]
     assert service["Type"] == ["notify"]
     start = service["ExecStart"][-1]
@@ -210,3 +216,24 @@ def test_quadlet_generates_a_unit_that_verifies(built: Path, tools: Path, tmp_pa
     ):
         assert arg in start, (arg, start)
     verify(tmp_path, {"nodeagent.service": unit}, "/usr/bin/podman", "/usr/bin/mkdir")
+
+
+def test_both_image_forms_log_to_journald_with_fields(
+    built: Path, tools: Path, tmp_path: Path
+) -> None:
+    """The agent sends its records to journald's socket when its stderr is the unit's
+    journal stream ($JOURNAL_STREAM, nodeagent/agent/logs.py): without that, the milestones'
+    NODEAGENT_* fields never reach the journal. tests/test_image.py reads them from a
+    running Flatcar unit; podman does not run here, so the quadlet's podman run is read."""
+    flatcar = parse_unit_text(files(built, "flatcar")[f"{UNIT_DIR}nodeagent.service"], tmp_path)
+    binds = " ".join(flatcar["Service"].get("BindReadOnlyPaths", [])).split()
+    assert JOURNAL_SOCKET in binds  # stdio and $JOURNAL_STREAM are the unit's own there
+
+    start = parse_unit_text(quadlet_unit(built, tools, tmp_path), tmp_path)["Service"]
+    args = start["ExecStart"][-1].split()
+    # conmon's default log driver gives the container a pipe and writes plain lines.
+    assert "--log-driver" in args and args[args.index("--log-driver") + 1] == "passthrough"
+    # The variable from podman's environment (no value), where systemd set it.
+    assert "--env=JOURNAL_STREAM" in args, args
+    mounts = [args[i + 1] for i, a in enumerate(args) if a == "-v"]
+    assert f"{JOURNAL_SOCKET}:{JOURNAL_SOCKET}:ro" in mounts, mounts
