@@ -86,6 +86,7 @@ import secrets
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -116,12 +117,32 @@ COLUMNS = ("shape", "kind", "config", "sent", "failed", "long_cut", "longest_fai
 USAGE = 2
 
 
-def _list(value: str, known: tuple[str, ...] | list[str], what: str) -> list[str]:
-    items = [v.strip() for v in value.split(",") if v.strip()]
+def _list(option: str, value: str, known: Sequence[str], what: str) -> list[str]:
+    """The comma-separated names `value` of `option`, each one of `known`. An empty name
+    (nothing at all, a trailing comma, two commas in a row) is an error, not skipped: a
+    run that silently measures less than its command line says is worse than none."""
+    items = [v.strip() for v in value.split(",")]
+    if "" in items:
+        raise ValueError(
+            f"{option} {value!r}: an empty {what} name (a comma too many, or none given); "
+            f"known: {', '.join(known)}"
+        )
     unknown = [v for v in items if v not in known]
-    if unknown or not items:
-        raise ValueError(f"unknown {what} {unknown or value!r}; known: {', '.join(known)}")
+    if unknown:
+        raise ValueError(
+            f"{option}: unknown {what} {', '.join(unknown)}; known: {', '.join(known)}"
+        )
     return items
+
+
+def _choose(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The kinds and configs of the command line; ValueError (its one line) for a bad one."""
+    kinds = _list("--only", args.only, KINDS, "kind")
+    configs = _list("--configs", args.configs, list(CONFIGS), "config")
+    missing = [k for k in kinds if k not in IMPLEMENTED]
+    if missing:
+        raise ValueError(f"kind {', '.join(missing)} is not implemented yet")
+    return kinds, configs
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -198,18 +219,15 @@ def run_cell(
 
 
 def main(argv: list[str] | None = None) -> int:
-    preflight.require("bench/departure.py", argv)
+    # The command line first: a wrong one is told in its one line on any machine, before
+    # the machine's needs (a tool installed for a run that could not start anyway).
     args = _parser().parse_args(argv)
     try:
-        kinds = _list(args.only, KINDS, "kind")
-        configs = _list(args.configs, list(CONFIGS), "config")
+        kinds, configs = _choose(args)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return USAGE
-    missing = [k for k in kinds if k not in IMPLEMENTED]
-    if missing:
-        print(f"error: kind {', '.join(missing)} is not implemented yet", file=sys.stderr)
-        return USAGE
+    preflight.require("bench/departure.py", argv)
     refused = shape_error(args.shape, kinds, v2_controllers())
     if refused:
         print(f"error: {refused}", file=sys.stderr)
