@@ -28,7 +28,7 @@ from nodeagent.drain.phases import Phase
 from nodeagent.fence import marker
 from nodeagent.fence.decision import Decision
 from nodeagent.fence.others import Others, stale_hold
-from nodeagent.fence.refence import CONTESTED_AFTER, Refences, last_writer
+from nodeagent.fence.refence import CONTESTED_AFTER, Refences, contested_message, last_writer
 from nodeagent.fence.warning import marker_notes
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError
 from nodeagent.kube.watch import Reflector
@@ -318,6 +318,7 @@ class FenceExecutor:
             taint=put_back.taint,
             label=put_back.label,
             reason=put_back.reason,
+            adopt=put_back.adopt,
         )
         # The watch's copies carry no managedFields (kube/watch.py); the written object does.
         writer = last_writer(written, besides=FIELD_MANAGER)
@@ -327,11 +328,7 @@ class FenceExecutor:
         if put_back.cordon:
             started = marker.NodeFence.of(node).started_at
             if self.refences.count(started, time.monotonic()) == CONTESTED_AFTER:
-                contested = (
-                    f"something keeps uncordoning this node ({writer}): the cordon "
-                    f"was put back {CONTESTED_AFTER} times; the taint {marker.TAINT} holds "
-                    "the fence from here"
-                )
+                contested = contested_message(writer, self.may_taint)
                 log.warning("fence: %s", contested)
                 self.events.node(node, "RefenceContested", contested, WARNING)
         return written
