@@ -228,7 +228,9 @@ def fence(kube: Kube, node: JSON, reason: str, how: Fencing, *, drain: bool) -> 
 def _evict(drain: Drain, node: JSON, fenced: Fenced, pods: Sequence[JSON]) -> DrainResult:
     """The drain's evictions, on `node` as read before its cordon. Where an earlier drain
     of the agent's emptied the node and nothing is to move (redrain.drained_before), one
-    Event says so in place of DrainStarted and Drained (redrain.said)."""
+    Event says so in place of DrainStarted and Drained (redrain.said); the drain still
+    runs, muted, so a pod bound in the moment since the look is moved too (that one Event
+    counts it; its own pod Events are not said)."""
     was = marker.NodeFence.of(node)
     before = drained_before(was, pods, drain.opts.finished_pods)
     events = drain.events
@@ -242,7 +244,7 @@ def _evict(drain: Drain, node: JSON, fenced: Fenced, pods: Sequence[JSON]) -> Dr
     one = said(before, was.started_at, drain.opts.reason, result)
     if one is not None:
         events.node(node, one.reason, one.message, one.kind)
-    drain.progress(f"node {drain.node_name} was already drained for {before}")
+        drain.progress(one.message)
     return result
 
 
