@@ -181,10 +181,12 @@ def test_an_evacuation_beside_kureds_drain_stands_aside_until_it_gives_up(
     ku.wait_until(lambda: not web(n), 30, "the evacuation's own drain")
     print(f"kured gave the node back: the agent drained it in {time.monotonic() - start:.2f}s")
     # Whether kured's uncordon lands before the agent's cordon (then the cordon is the
-    # agent's) or after its record under kured's cordon (then it is lifted, and the agent,
-    # which may not taint under this identity, leaves it), the evacuate taint keeps new pods
-    # off, and the drain is the agent's.
+    # agent's) or after its record under kured's cordon (then it is lifted while the
+    # evacuation holds, and put back as the agent's: under this identity, which may not
+    # taint, the cordon is the whole fence), the node ends cordoned by the agent, and the
+    # drain is the agent's.
     assert n.annotations()[marker.DRAIN_REASON] == "evacuate"
+    assert n.cordoned() and n.annotations().get(marker.CORDONED_BY) == marker.AGENT
     time.sleep(1)
     assert not web(n) and len(ku.running(ku.pods_on(n.kube, n.spare))) >= 2
 

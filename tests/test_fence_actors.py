@@ -7,9 +7,14 @@ own when its departure ends. Each test prints what it measured."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 from hack import kubeutil as ku
 from hack.actors import api, cluster_autoscaler, kubectl, nth
+from hack.agentproc import AgentProcess
 from nodeagent.fence import marker
 from nodeagent.kube.client import JSON, node_path, pods_path
 from tests.test_evacuate import Node, node, workloads
@@ -199,3 +204,82 @@ def test_a_writer_that_keeps_uncordoning_is_left_the_cordon_and_the_taint_holds(
     time.sleep(2)
     assert not node.cordoned() and has_our_taint(node.obj())
     assert node.event_reasons().count("RefenceContested") == 1
+
+
+def start_agent(node: Node, cluster: Any, tmp_path: Path, identity: str) -> AgentProcess:
+    """`nodeagent run` under the kubelet's identity (its certificate: NodeRestriction
+    forbids it its Node's taints) or under the agent's own (the admin kubeconfig)."""
+    if identity != "kubelet":
+        return node.agent()
+    conf = cluster.mint_node_kubeconfig(node.name, tmp_path / "kubelet.conf")
+    config = {"": {"kubelet_kubeconfig": str(conf)}}
+    agent = AgentProcess.start(node.workdir, None, node.name, config)
+    node.agents.append(agent)
+    return agent
+
+
+@pytest.mark.parametrize("identity", ["kubelet", "agent"])
+def test_a_persons_cordon_lifted_mid_departure_is_put_back_as_the_agents(
+    node: Node, cluster: Any, tmp_path: Path, identity: str
+) -> None:
+    """A person cordons; the evacuation drains under that cordon (its record beside it);
+    the autoscaler's failed scale-down (CleanToBeDeleted) lifts the cordon, whoever set it.
+    The node is still leaving: the cordon is put back and is the agent's now (under the
+    kubelet's identity, which may not taint its Node, it is the whole fence), and the
+    departure's undo lifts it as its own."""
+    workloads(node)
+    assert kubectl.Kubectl(node.kube).cordon(node.name)
+    start_agent(node, cluster, tmp_path, identity)
+    node.taint()
+    ku.wait_until(lambda: node.condition().get("reason") == "Drained", 30, "Drained")
+    before = node.obj()
+    assert marker.CORDONED_BY not in before["metadata"]["annotations"]  # the person's
+    assert has_our_taint(before) == (identity == "agent")
+
+    ca = cluster_autoscaler.ClusterAutoscaler(node.kube)
+    ca.mark_to_be_deleted(node.name)
+    ca.clean_to_be_deleted(api.get_node(node.kube, node.name))
+    lifted = time.monotonic()
+    ku.wait_until(node.cordoned, 5, "the cordon put back", step=0.01)
+    print(
+        f"{identity}: CleanToBeDeleted of a person's cordon -> cordoned again: "
+        f"{time.monotonic() - lifted:.3f}s"
+    )
+    ku.wait_until(
+        lambda: node.annotations().get(marker.CORDONED_BY) == marker.AGENT, 5, "taken over"
+    )
+    ku.wait_until(lambda: refenced_events(node), 10, "Refenced event")
+    assert "is nodeagent's now" in refenced_events(node)[0]
+    assert node.annotations()[marker.DRAIN_RESULT] == "drained"  # not drained a second time
+    assert has_our_taint(node.obj()) == (identity == "agent")
+
+    node.untaint()  # the departure is over: the cordon it holds goes, as its own
+    ku.wait_until(lambda: not node.cordoned(), 15, "uncordoned")
+    after = node.obj()
+    assert not has_our_taint(after)
+    assert marker.DRAIN_REASON not in (after["metadata"].get("annotations") or {})
+    assert "forbidden" not in node.agents[0].output().lower()
+
+
+def test_under_the_kubelets_identity_a_writer_that_keeps_uncordoning_is_answered_each_time(
+    node: Node, cluster: Any, tmp_path: Path
+) -> None:
+    """F7 under the kubelet's identity: no taint can hold the fence, so the cordon is put
+    back each time (one repair per lift of theirs), and `RefenceContested` says so once."""
+    workloads(node)
+    start_agent(node, cluster, tmp_path, "kubelet")
+    node.taint()
+    ku.wait_until(lambda: node.condition().get("reason") == "Drained", 30, "Drained")
+    person = kubectl.Kubectl(node.kube)
+    for _ in range(5):
+        assert person.uncordon(node.name)
+        ku.wait_until(node.cordoned, 5, "the cordon put back", step=0.01)
+    ku.wait_until(lambda: "RefenceContested" in node.event_reasons(), 10, "RefenceContested")
+    time.sleep(1)  # said once, however many lifts follow
+    assert node.cordoned() and not has_our_taint(node.obj())
+    reasons = node.event_reasons()
+    assert reasons.count("RefenceContested") == 1
+    contested = [
+        e for e in ku.node_events(node.kube, node.name) if e["reason"] == "RefenceContested"
+    ]
+    assert "the cordon is the fence and is put back each time" in contested[0]["message"]

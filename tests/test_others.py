@@ -171,8 +171,16 @@ ROWS: list[tuple[str, Observed, Step, bool]] = [
         False,
     ),
     (
-        "D4 the autoscaler gave the node back: drain",
+        # Its cordon lifted while the evacuation holds: put back as the agent's first
+        # (fence/refence.py, row F2), then the drain on the Node as written.
+        "D4 the autoscaler gave the node back: its cordon put back as the agent's",
         seen(Occasion.NODE, replace(RECORDED, unschedulable=False), **EVAC),
+        Step.REFENCE,
+        False,
+    ),
+    (
+        "D4 the autoscaler gave the node back, the cordon the agent's: drain",
+        seen(Occasion.NODE, replace(RECORDED, marked=True), **EVAC),
         Step.DRAIN,
         False,
     ),

@@ -12,7 +12,13 @@ import pytest
 from nodeagent.fence import marker
 from nodeagent.fence.decision import Observed, decide, reason_holds
 from nodeagent.fence.marker import NodeFence
-from nodeagent.fence.refence import CONTESTED_AFTER, CONTESTED_WINDOW, Refences, last_writer
+from nodeagent.fence.refence import (
+    CONTESTED_AFTER,
+    CONTESTED_WINDOW,
+    Refences,
+    contested_message,
+    last_writer,
+)
 from nodeagent.fence.warning import Warned
 from nodeagent.types import EvacuatePolicy, Occasion, Policy, Reason, Step
 from tests.test_warning import SPOT
@@ -56,9 +62,11 @@ def seen(f: NodeFence, occasion: Occasion = Occasion.NODE, **kw: Any) -> Observe
 
 EVACUATING: dict[str, Any] = {"taint": EVAC}
 NOTHING = None
-C, T, L = "cordon", "taint", "label"
+C, T, L, A = "cordon", "taint", "label", "adopt"
+KUBELET: dict[str, Any] = {"may_taint": False}  # NodeRestriction: no taint of its own
 
-# (row, observed, what is put back: a set of C/T/L, or NOTHING when the step is not REFENCE)
+# (row, observed, what is put back: a set of C/T/L, A when the cordon put back becomes the
+# agent's, or NOTHING when the step is not REFENCE)
 ROWS: list[tuple[str, Observed, set[str] | None]] = [
     ("F1 the whole fence stands", seen(fence("evacuate"), **EVACUATING), NOTHING),
     (
@@ -83,8 +91,23 @@ ROWS: list[tuple[str, Observed, set[str] | None]] = [
         {T},
     ),
     (
-        "F2 a person's cordon lifted under the record: theirs, not put back",
+        "F2 a person's cordon lifted under the record: put back, the agent's now",
         seen(fence("evacuate", cordon=False, marked=False, **NO_LB), **EVACUATING),
+        {C, A},
+    ),
+    (
+        "F2 another drainer's cordon lifted under a shutdown's record",
+        seen(fence("poweroff", cordon=False, marked=False, **NO_LB), shutdown=Reason.POWEROFF),
+        {C, A},
+    ),
+    (
+        "F2 a person's cordon lifted and the taint dropped under the record",
+        seen(fence("evacuate", cordon=False, marked=False, tainted=False, **NO_LB), **EVACUATING),
+        {C, T, A},
+    ),
+    (
+        "F2 the departure is over: a person's cordon lifted under an old record stays lifted",
+        seen(fence("evacuate", cordon=False, marked=False, **NO_LB)),
         NOTHING,
     ),
     ("F5 LB label removed", seen(fence("evacuate", lb=None), **EVACUATING), {L}),
@@ -124,6 +147,46 @@ ROWS: list[tuple[str, Observed, set[str] | None]] = [
         seen(fence("evacuate", cordon=False, tainted=False), may_taint=False, **EVACUATING),
         {C},
     ),
+    (
+        "F2 under the kubelet's identity: a person's cordon lifted under the record",
+        seen(
+            fence("evacuate", cordon=False, marked=False, tainted=False, **NO_LB),
+            **KUBELET,
+            **EVACUATING,
+        ),
+        {C, A},
+    ),
+    (
+        "F2 under the kubelet's identity: a warning's record under a lifted cordon",
+        seen(
+            fence("warning", cordon=False, marked=False, tainted=False, warning_id=SPOT.event_id),
+            warning=SPOT_WARNED,
+            **KUBELET,
+        ),
+        {C, A},
+    ),
+    (
+        "F7 contested under the kubelet's identity: no taint holds, the cordon goes back",
+        seen(
+            fence("evacuate", cordon=False, tainted=False), contested=True, **KUBELET, **EVACUATING
+        ),
+        {C},
+    ),
+    (
+        "F7 contested under the kubelet's identity, a person's cordon lifted: put back",
+        seen(
+            fence("evacuate", cordon=False, marked=False, tainted=False, **NO_LB),
+            contested=True,
+            **KUBELET,
+            **EVACUATING,
+        ),
+        {C, A},
+    ),
+    (
+        "F7 contested, a person's cordon lifted, the taint there: nothing",
+        seen(fence("evacuate", cordon=False, marked=False, **NO_LB), contested=True, **EVACUATING),
+        NOTHING,
+    ),
     # The reason is gone: nothing is put back (F8/F9 are the uncordon's).
     ("F9 evacuate taint gone", seen(fence("evacuate", cordon=False, tainted=False)), NOTHING),
     (
@@ -162,11 +225,9 @@ def test_refence_table(row: str, o: Observed, want: set[str] | None) -> None:
         return
     assert d.step is Step.REFENCE
     assert d.refence is not None
-    got = {
-        name
-        for name, on in ((C, d.refence.cordon), (T, d.refence.taint), (L, d.refence.label))
-        if on
-    }
+    r = d.refence
+    pieces = ((C, r.cordon), (T, r.taint), (L, r.label), (A, r.adopt))
+    got = {name for name, on in pieces if on}
     assert got == want
     assert d.refence.reason == o.fence.reason
 
@@ -207,6 +268,31 @@ def test_what_the_event_says() -> None:
         "server does not record who removes a field; the Node's last named writer: "
         "cluster-autoscaler (Update at 2026-11-29T07:00:00Z)); set again"
     )
+
+
+def test_the_event_says_a_cordon_put_back_is_the_agents_now() -> None:
+    o = seen(fence("evacuate", cordon=False, marked=False, **NO_LB), **EVACUATING)
+    put_back = decide(o).refence
+    assert put_back is not None and put_back.adopt
+    message = put_back.message("kubectl (Update at 2026-11-29T07:00:00Z)")
+    assert message.startswith("spec.unschedulable set false while the evacuate taint")
+    assert message.endswith(
+        "set again; the cordon, first someone else's and lifted, is nodeagent's now: it goes "
+        "when the departure is over"
+    )
+
+
+@pytest.mark.parametrize(
+    ("may_taint", "says"),
+    [
+        (True, f"the taint {marker.TAINT} holds the fence from here"),
+        (False, "the cordon is the fence and is put back each time it is lifted"),
+    ],
+)
+def test_what_contested_says(may_taint: bool, says: str) -> None:
+    message = contested_message("kured (Update at t)", may_taint)
+    assert message.startswith("something keeps uncordoning this node (kured (Update at t))")
+    assert says in message
 
 
 def test_contested_counts_one_departure_in_its_window() -> None:

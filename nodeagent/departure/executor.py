@@ -22,13 +22,14 @@ from nodeagent import metrics
 from nodeagent.config import Config
 from nodeagent.context import Context
 from nodeagent.departure.lateresult import LateResult, Unrecorded, overlay
+from nodeagent.departure.redrain import drained_before, said
 from nodeagent.departure.waits import wait_for_detach, wait_for_other_drain
 from nodeagent.drain.engine import Drain, DrainOptions, DrainResult
 from nodeagent.drain.phases import Phase
 from nodeagent.fence import marker
 from nodeagent.fence.decision import Decision
 from nodeagent.fence.others import Others, stale_hold
-from nodeagent.fence.refence import CONTESTED_AFTER, Refences, last_writer
+from nodeagent.fence.refence import CONTESTED_AFTER, Refences, contested_message, last_writer
 from nodeagent.fence.warning import marker_notes
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError
 from nodeagent.kube.watch import Reflector
@@ -52,11 +53,17 @@ UNRECORDED = (DrainOutcome.CANCELLED, DrainOutcome.DRY_RUN)
 
 
 class Fenced(Enum):
-    """What a drain's cordon left on the Node, and so where its result is recorded."""
+    """What a cordon write left on the Node, and so where a drain's result is recorded."""
 
-    CORDONED = "cordoned"  # the agent's cordon and marker
+    CORDONED = "cordoned"  # the agent's cordon and marker, new: the Event `Cordoned`
+    REASONED = "reasoned"  # the agent's cordon stood: its marker rewritten for this reason
     RECORDED = "recorded"  # someone else's cordon, the agent's drain record beside it
-    KEPT = "kept"  # the agent's marker of this boot (a shutdown going down), left as is
+    # Left as is: the agent's marker of this boot (a shutdown going down), or its record
+    # for this reason beside someone else's cordon where no drain follows.
+    KEPT = "kept"
+
+
+OURS = (Fenced.CORDONED, Fenced.REASONED)  # the cordon stands by the agent's write
 
 
 def drain_options(cfg: Config, reason: Reason, budget: Budget, now: float) -> DrainOptions:
@@ -138,7 +145,7 @@ def cordon_then_drain(
         if settle is not None:
             settle(drain)
         before = drain.watched_pods()  # what the drain plans from: their volumes
-        result = drain.evict(node, fenced is Fenced.CORDONED)
+        result = _evict(drain, node, fenced, before)
         if fenced is not Fenced.KEPT and result.outcome not in UNRECORDED:
             with phases.timed(Phase.RESULT):
                 _record_result(kube, drain, node)
@@ -189,17 +196,56 @@ def _cordon_read_again(drain: Drain, kube: Kube, node: JSON, how: Fencing) -> tu
 
 def _cordon_for_drain(drain: Drain, kube: Kube, node: JSON, how: Fencing) -> Fenced:
     reason = drain.opts.reason
-    if marker.cordon(kube, node, reason, how.keep, how.notes, taint=how.taint):
-        cordoned(reason)
+    fenced = fence(kube, node, reason, how, drain=True)
+    if fenced is Fenced.CORDONED:
         drain.progress(f"cordoned node {drain.node_name} (reason {reason})")
         if drain.events:
             drain.events.node(node, "Cordoned", f"Cordoned by nodeagent ({reason})")
-        return Fenced.CORDONED
-    if not marker.NodeFence.of(node).cordoned_by_other:
+    elif fenced is Fenced.REASONED:
+        was = marker.NodeFence.of(node).reason
+        drain.progress(f"node {drain.node_name} stays cordoned, now for {reason} (was {was})")
+    elif fenced is Fenced.RECORDED:
+        drain.progress(f"node {drain.node_name} was already cordoned by someone else")
+    return fenced
+
+
+def fence(kube: Kube, node: JSON, reason: str, how: Fencing, *, drain: bool) -> Fenced:
+    """The agent's cordon for `reason` on `node` (marker.cordon), or, where someone else
+    cordoned it, its record beside their cordon (marker.record_drain: the agent's taint
+    with it, so its fence stands when they lift theirs). `drain`: a drain follows, so a
+    record for this very reason is written anew (its result is to come); a cordon alone
+    leaves such a record as it is."""
+    standing = marker.NodeFence.of(node)
+    if marker.cordon(kube, node, reason, how.keep, how.notes, taint=how.taint):
+        cordoned(reason)
+        return Fenced.REASONED if standing.cordoned_by_agent else Fenced.CORDONED
+    if not standing.cordoned_by_other or (standing.reason == reason and not drain):
         return Fenced.KEPT
     marker.record_drain(kube, node, reason, how.notes, taint=how.taint)
-    drain.progress(f"node {drain.node_name} was already cordoned by someone else")
     return Fenced.RECORDED
+
+
+def _evict(drain: Drain, node: JSON, fenced: Fenced, pods: Sequence[JSON]) -> DrainResult:
+    """The drain's evictions, on `node` as read before its cordon. Where an earlier drain
+    of the agent's emptied the node and nothing is to move (redrain.drained_before), one
+    Event says so in place of DrainStarted and Drained (redrain.said); the drain still
+    runs, muted, so a pod bound in the moment since the look is moved too (that one Event
+    counts it; its own pod Events are not said)."""
+    was = marker.NodeFence.of(node)
+    before = drained_before(was, pods, drain.opts.finished_pods)
+    events = drain.events
+    if not before or events is None:
+        return drain.evict(node, fenced in OURS)
+    drain.events = None  # said as one, below
+    try:
+        result = drain.evict(node, fenced in OURS)
+    finally:
+        drain.events = events
+    one = said(before, was.started_at, drain.opts.reason, result)
+    if one is not None:
+        events.node(node, one.reason, one.message, one.kind)
+        drain.progress(one.message)
+    return result
 
 
 class AutoscalerHold:
@@ -318,6 +364,7 @@ class FenceExecutor:
             taint=put_back.taint,
             label=put_back.label,
             reason=put_back.reason,
+            adopt=put_back.adopt,
         )
         # The watch's copies carry no managedFields (kube/watch.py); the written object does.
         writer = last_writer(written, besides=FIELD_MANAGER)
@@ -327,11 +374,7 @@ class FenceExecutor:
         if put_back.cordon:
             started = marker.NodeFence.of(node).started_at
             if self.refences.count(started, time.monotonic()) == CONTESTED_AFTER:
-                contested = (
-                    f"something keeps uncordoning this node ({writer}): the cordon "
-                    f"was put back {CONTESTED_AFTER} times; the taint {marker.TAINT} holds "
-                    "the fence from here"
-                )
+                contested = contested_message(writer, self.may_taint)
                 log.warning("fence: %s", contested)
                 self.events.node(node, "RefenceContested", contested, WARNING)
         return written
@@ -386,17 +429,9 @@ class FenceExecutor:
 
     def _cordon(self, kube: Kube, decision: Decision, node: JSON) -> None:
         assert decision.reason is not None
-        changed = marker.cordon(
-            kube, node, decision.reason, decision.keep, _notes(decision), taint=self.may_taint
-        )
-        fence = marker.NodeFence.of(node)
-        if not changed and fence.cordoned_by_other and fence.reason != decision.reason:
-            # Someone else's cordon (another drainer's): the agent's record and taint
-            # beside it, so its fence stands when they lift theirs.
-            marker.record_drain(kube, node, decision.reason, _notes(decision), taint=self.may_taint)
-        if changed:
-            cordoned(decision.reason)
-        if changed and decision.event:
+        how = Fencing(decision.keep, _notes(decision), self.may_taint)
+        fenced = fence(kube, node, decision.reason, how, drain=False)
+        if fenced is Fenced.CORDONED and decision.event:
             self.events.node(node, "Cordoned", decision.event)
         if decision.condition is not None:
             self.report.set(decision.condition)

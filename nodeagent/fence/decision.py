@@ -16,11 +16,12 @@ The precedence, highest first:
    warning whose departure already happened (the machine went down and came back since
    its fence) fences no more, though the endpoint may list it for minutes after.
 5. The Node as it is now: an evacuate taint fences per its policy; its removal undoes
-   what the evacuation did. A person's cordon is never undone.
+   what the evacuation did. A person's cordon is never undone (one lifted by someone else
+   while the departure held, and put back by the agent, is the agent's: fence/refence.py).
 
 Before all of them, on a change of the Node: what someone else undid of the agent's fence
-while its reason holds (a foreign uncordon, its taint or label removed) is put back
-(fence/refence.py), whoever owns the node.
+while its reason holds (a foreign uncordon, whoever first cordoned; its taint or label
+removed) is put back (fence/refence.py), whoever owns the node.
 """
 
 from __future__ import annotations
@@ -230,9 +231,13 @@ def _shutdown_over(o: Observed) -> bool:
 
 def refence(o: Observed) -> Refence:
     """What of the agent's fence to put back now (fence/refence.py); the cordon is left to
-    whoever keeps lifting it once the repairs are contested."""
+    whoever keeps lifting it once the repairs are contested, where the agent's taint holds
+    the fence. Under the kubelet's identity the cordon is the whole fence: it is put back
+    every time (each repair answers one write of theirs)."""
     put_back = missing(o.fence, reason_holds(o), o.may_taint)
-    return replace(put_back, cordon=False) if o.contested else put_back
+    if o.contested and o.may_taint:
+        return replace(put_back, cordon=False, adopt=False)
+    return put_back
 
 
 def _shutdown(o: Observed) -> Decision:

@@ -275,17 +275,30 @@ def record_drain(
     _guarded_patch(kube, node, patch)
 
 
-def refence(kube: Kube, node: JSON, *, cordon: bool, taint: bool, label: bool, reason: str) -> JSON:
+def refence(
+    kube: Kube,
+    node: JSON,
+    *,
+    cordon: bool,
+    taint: bool,
+    label: bool,
+    reason: str,
+    adopt: bool = False,
+) -> JSON:
     """Put back the pieces of the agent's fence someone else removed (fence/refence.py):
-    the cordon, the TAINT for `reason`, the load-balancer label. One write, guarded by the
-    resourceVersion `node` was read at (the taint list is written whole): raises
-    NodeChanged when the Node moved on. Returns the Node as written."""
+    the cordon, the TAINT for `reason`, the load-balancer label; `adopt`: the cordon put
+    back becomes the agent's (CORDONED_BY; the drain record beside it stays as it is, its
+    result too). One write, guarded by the resourceVersion `node` was read at (the taint
+    list is written whole): raises NodeChanged when the Node moved on. Returns the Node as
+    written."""
     spec: JSON = {}
     if cordon:
         spec["unschedulable"] = True
     if taint:
         spec["taints"] = taints_with(node, reason)
     patch: JSON = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}}
+    if cordon and adopt:
+        patch["metadata"]["annotations"] = {CORDONED_BY: AGENT}
     if spec:
         patch["spec"] = spec
     if label:
