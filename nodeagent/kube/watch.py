@@ -157,6 +157,7 @@ class Reflector:
             return
         self._stop = stop = threading.Event()
         self.synced.clear()  # a new run lists afresh before it counts as synced
+        self._cut_at = None  # and its first watch is no reconnect
         self._thread = threading.Thread(
             target=self._run, args=(stop,), name=f"watch-{self.resource}", daemon=True
         )
@@ -298,8 +299,8 @@ class Reflector:
                 resource_version = self._apply(event, resource_version, stop)
         finally:
             stream, self._stream = self._stream, None
-            if stream is not None and stream.cut_why:
-                self._cut_at = time.monotonic()
+            if stream is not None and stream.cut_why and not stop.is_set():
+                self._cut_at = time.monotonic()  # this run watches again at once
         return resource_version
 
     def _opened(self, stream: Stream) -> None:
