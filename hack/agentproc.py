@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hack import milestones as ms
 from hack.kubeutil import NODEAGENT, wait_until
 
 # The host has no logind for the agent to lock, and SIGTERM in a test is a plain
@@ -25,6 +26,10 @@ BASE_CONFIG: dict[str, dict[str, Any]] = {
     "drain": {"deadline": "60s"},
     "reporting": {"heartbeat_interval": "60s"},
 }
+
+
+# The log as JSON lines: the agent's milestones as data (AgentProcess.milestones).
+JSON_LOG: dict[str, dict[str, Any]] = {"": {"log_format": "json"}}
 
 
 def free_port() -> int:
@@ -127,6 +132,10 @@ class AgentProcess:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def milestones(self) -> list[ms.Record]:
+        """The milestones of its log so far: an agent started with JSON_LOG has them."""
+        return ms.from_lines(self.output().splitlines())
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
         if self.proc.poll() is None:

@@ -42,6 +42,12 @@ STANDING_BY = Milestone.STANDING_BY.value
 TOOK_OVER = Milestone.TOOK_OVER.value
 METRICS_FAILED = Milestone.METRICS_FAILED.value
 DRAIN_FAILED = Milestone.DRAIN_FAILED.value
+API_UNREACHABLE = Milestone.API_UNREACHABLE.value
+API_ANSWERS_AGAIN = Milestone.API_ANSWERS_AGAIN.value
+WATCH_RESTARTED = Milestone.WATCH_RESTARTED.value
+RESULT_KEPT = Milestone.RESULT_KEPT.value
+RESULT_WRITTEN = Milestone.RESULT_WRITTEN.value
+RESULT_DROPPED = Milestone.RESULT_DROPPED.value
 
 JOURNAL_PREFIX = "NODEAGENT_"
 JOURNAL_NAME = "NODEAGENT_MILESTONE"
@@ -51,7 +57,7 @@ LINE_KEYS = RESERVED_FIELDS
 # fields to print (a VM's journal, read through its guest agent) does the list matter.
 FIELDS = (
     "source", "reason", "generation", "cloud", "kind", "event_id", "pods", "pod", "outcome",
-    "seconds", "late", "form", "pid", "address",
+    "seconds", "late", "form", "pid", "address", "resource", "tries",
 )  # fmt: skip
 JOURNAL_KEYS = ("MESSAGE_ID", JOURNAL_NAME, *(JOURNAL_PREFIX + f.upper() for f in FIELDS))
 

@@ -236,6 +236,13 @@ class Milestone(Enum):
     TOOK_OVER = "took-over"  # form, pid (of the agent it stood by for, now gone)
     METRICS_FAILED = "metrics-failed"  # address: /metrics and /healthz are not served
     DRAIN_FAILED = "drain-failed"  # reason: a shutdown's drain ended by an API error
+    # A drain's API server lost and found again (drain/partition.py), and what it costs.
+    API_UNREACHABLE = "api-unreachable"  # seconds (since its last answer), pods (last seen)
+    API_ANSWERS_AGAIN = "api-answers-again"  # (none)
+    WATCH_RESTARTED = "watch-restarted"  # resource, seconds: a cut watch open again
+    RESULT_KEPT = "result-kept"  # reason, outcome: not taken, written when it answers
+    RESULT_WRITTEN = "result-written"  # reason, outcome, seconds, tries: the kept one
+    RESULT_DROPPED = "result-dropped"  # reason, outcome, seconds, tries: given up on
 
     @property
     def message_id(self) -> str:
@@ -260,6 +267,12 @@ _MESSAGE_IDS = {
     Milestone.TOOK_OVER: "b2bc747b4d624a958325b564626ebc8c",
     Milestone.METRICS_FAILED: "cbcfea3a334643988e086f9e46db7348",
     Milestone.DRAIN_FAILED: "92c2ba5f4c494d75a813d62c93625fe8",
+    Milestone.API_UNREACHABLE: "61d32c485ee2487d960c4d15aafa9b37",
+    Milestone.API_ANSWERS_AGAIN: "181f2bdb18c948498024ea1bccd60cde",
+    Milestone.WATCH_RESTARTED: "0bb16288d5d54242ad424d7d423f8b38",
+    Milestone.RESULT_KEPT: "eea6f7f90b9d47719bee7e8be953c057",
+    Milestone.RESULT_WRITTEN: "b1877d797db749008abb922aee917708",
+    Milestone.RESULT_DROPPED: "0cf3e0dd1a70492ca95b30868f84b14a",
 }
 
 # The record attributes a milestone's `extra` sets (read by nodeagent/agent/logs.py).

@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from hack import kubeutil as ku
-from hack.agentproc import AgentProcess
+from hack import milestones as ms
+from hack.agentproc import JSON_LOG, AgentProcess
 from nodeagent.context import Context
 from nodeagent.drain.partition import WATCH_QUIET, PartitionWatch
 from nodeagent.fence import marker
@@ -36,25 +37,34 @@ from tests.test_watch_silence import proxy as proxy  # the fixture
 SLOW_STOP = {"sim.nodeagent.io/termination-delay": "60s"}  # the grace (30 s) ends it
 FIRST_LINE_WITHIN = 2.0
 # The drain's probe answered is the first answer after the outage: the watch it slept
-# through is cut then (kube/client.py Reachability).
-WATCH_CUT = "watch pods: the API server answers again"
+# through is cut then (kube/client.py Reachability), and open again at once.
 WATCH_BACK_WITHIN = 2.0
 TAINT = {"key": "nodeagent.io/evacuate", "effect": "NoSchedule"}
+PROGRESS = "API server unreachable since"  # the drain's progress line while it is lost
+CLAIM = "waiting for 2 pods"  # a progress line that claims to see the pods
 
 
 def lines_after(agent: AgentProcess, offset: int) -> list[str]:
     return agent.output()[offset:].splitlines()
 
 
-def first_line(agent: AgentProcess, offset: int, words: str, timeout: float) -> float:
-    """The monotonic time the first line after `offset` with `words` was seen (polled
-    every 20 ms)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if any(words in line for line in lines_after(agent, offset)):
-            return time.monotonic()
-        time.sleep(0.02)
-    raise AssertionError(f"no line with {words!r} in {timeout}s:\n" + agent.output()[offset:])
+def moment(agent: AgentProcess, name: str, after: float, timeout: float, **fields: str) -> float:
+    """When (unix seconds, the agent's own stamp) the agent wrote milestone `name` at
+    `after` or later."""
+
+    def found() -> ms.Record | None:
+        return next((r for r in agent.milestones() if r.matches(name, after, fields)), None)
+
+    return float(ku.wait_until(found, timeout, name).time)
+
+
+def line_of(lines: list[str], name: str, **fields: str) -> int:
+    """The index of the first of `lines` that is milestone `name` (len(lines): none)."""
+    records = [ms.from_lines([ln]) for ln in lines]
+    return next(
+        (i for i, rs in enumerate(records) if rs and rs[0].matches(name, None, fields)),
+        len(lines),
+    )
 
 
 @pytest.mark.parametrize("how", ["blackhole", "refuse"])
@@ -66,7 +76,7 @@ def test_a_lost_api_server_is_named_within_2s_of_the_cut(
     ku.wait_running(kube, node, 2)
     ku.open_node(kube, spare)  # for the replacements
     config = kubeconfig_via(proxy.port, admin_kubeconfig, tmp_path / "via-proxy.kubeconfig")
-    settings = {"shutdown": {"unknown": "drain"}, "drain": {"deadline": "30s"}}
+    settings = {"shutdown": {"unknown": "drain"}, "drain": {"deadline": "30s"}, **JSON_LOG}
     agent = AgentProcess.start(tmp_path, config, node, settings)
     try:
         ku.wait_until(
@@ -87,37 +97,47 @@ def test_a_lost_api_server_is_named_within_2s_of_the_cut(
             proxy.freeze()
         else:
             proxy.cut("refuse")
-        cut = time.monotonic()
-        named = first_line(agent, offset, "unreachable", 10) - cut
-        print(f"\n{how}: the first line naming the API server {named:.2f}s after the cut")
+        cut = time.time()
+        lost = ku.wait_until(
+            lambda: ms.first(agent.milestones(), ms.API_UNREACHABLE, cut), 10, "unreachable"
+        )
+        named = lost.time - cut
+        print(f"\n{how}: the drain named the API server lost {named:.2f}s after the cut")
         assert named < FIRST_LINE_WITHIN, agent.output()[offset:]
+        assert lost.fields.get("pods") == "2", lost
 
-        time.sleep(6)  # a progress line (every 5 s) while it is lost
+        # A progress line (every 5 s) while it is lost.
+        ku.wait_until(
+            lambda: any(PROGRESS in ln for ln in lines_after(agent, offset)), 10, PROGRESS
+        )
         said = lines_after(agent, offset)
-        progress = [ln for ln in said if "API server unreachable since" in ln]
-        assert progress, "\n".join(said)
+        progress = [ln for ln in said if PROGRESS in ln]
         assert "2 pods last seen on the node" in progress[0]
         print(f"{how}: {progress[0]}")
-        assert not [ln for ln in said if "waiting for 2 pods" in ln], "\n".join(said)
+        # Until the drain knows it is lost (up to 1.75 s after the cut), a progress line
+        # may still say what it saw a moment ago; from then on, no claim.
+        known = line_of(said, ms.API_UNREACHABLE)
+        assert not [ln for ln in said[known:] if CLAIM in ln], "\n".join(said)
 
         proxy.restore()
-        restored = time.monotonic()
-        first_line(agent, offset, "answers again", 10)
+        restored = time.time()
+        moment(agent, ms.API_ANSWERS_AGAIN, restored, 10)
         if how == "blackhole":
             # The blackholed pod watch is cut as soon as the API server answers again
             # (not after its 90 s of silence), and the drain sees its pods from then on.
-            back = first_line(agent, offset, WATCH_CUT, 10) - restored
-            print(f"{how}: the pod watch started again {back:.2f}s after the relay was back")
+            back = moment(agent, ms.WATCH_RESTARTED, restored, 10, resource="pods") - restored
+            print(f"{how}: the pod watch open again {back:.2f}s after the relay was back")
             assert back < WATCH_BACK_WITHIN, agent.output()[offset:]
         code = agent.proc.wait(40)
         took = time.monotonic() - signalled
         print(f"{how}: the agent exited {took:.1f}s after SIGTERM (code {code})")
         assert took < 30 + 10, took
         # The drain never claimed what it could not see: a claim only once the watch is
-        # live again.
+        # open again.
         said = lines_after(agent, offset)
-        live = next((i for i, ln in enumerate(said) if WATCH_CUT in ln), len(said))
-        claims = [ln for ln in said[:live] if "waiting for 2 pods" in ln]
+        known = line_of(said, ms.API_UNREACHABLE)
+        live = line_of(said, ms.WATCH_RESTARTED, resource="pods")
+        claims = [ln for ln in said[known:live] if CLAIM in ln]
         assert how == "refuse" or not claims, agent.output()[offset:]
         result = ku.node(kube, node)["metadata"].get("annotations", {}).get(marker.DRAIN_RESULT)
         assert result, agent.output()[offset:]
@@ -138,7 +158,7 @@ def test_a_result_the_api_server_did_not_take_is_written_when_it_answers_again(
     ku.wait_running(kube, node, 1)
     ku.open_node(kube, spare)
     config = kubeconfig_via(proxy.port, admin_kubeconfig, tmp_path / "via-proxy.kubeconfig")
-    agent = AgentProcess.start(tmp_path, config, node, {"drain": {"deadline": "6s"}})
+    agent = AgentProcess.start(tmp_path, config, node, {"drain": {"deadline": "6s"}, **JSON_LOG})
     try:
         ku.wait_until(
             lambda: agent.metric("nodeagent_loop_last_success_timestamp_seconds", loop="pods"),
@@ -153,22 +173,25 @@ def test_a_result_the_api_server_did_not_take_is_written_when_it_answers_again(
         )
         offset = len(agent.output())
         proxy.freeze()
-        first_line(agent, offset, "could not record drain result", 25)
+        frozen = time.time()
+        moment(agent, ms.RESULT_KEPT, frozen, 25, reason="evacuate", outcome="timed-out")
         time.sleep(3)  # the API server stays lost a while after the drain
         assert not node_annotations(kube, node).get(marker.DRAIN_RESULT)
 
         proxy.restore()
-        restored = time.monotonic()
-        result = ku.wait_until(
-            lambda: node_annotations(kube, node).get(marker.DRAIN_RESULT), 15, "the result written"
+        restored = time.time()
+        written = moment(agent, ms.RESULT_WRITTEN, restored, 15, reason="evacuate")
+        record = ms.first(agent.milestones(), ms.RESULT_WRITTEN, restored)
+        assert record is not None
+        print(
+            f"\ndrain result written {written - restored:.1f}s after the relay was back "
+            f"(try {record.fields.get('tries')})"
         )
-        landed = time.monotonic() - restored
-        print(f"\ndrain result {result!r} written {landed:.1f}s after the relay was back")
-        assert result == "timed-out"
+        assert node_annotations(kube, node).get(marker.DRAIN_RESULT) == "timed-out"
+        assert record.fields.get("outcome") == "timed-out", record
         ku.wait_until(lambda: drained_reason(kube, node) == "Blocked", 15, "the condition")
-        drains = [ln for ln in agent.output().splitlines() if "drain for evacuate: evicting" in ln]
+        drains = [r for r in agent.milestones() if r.name == ms.DRAIN_STARTED]
         assert len(drains) == 1, agent.output()[offset:]
-        first_line(agent, offset, "written on the Node", 5)
         print("\n".join(lines_after(agent, offset)[-6:]))
     finally:
         proxy.restore()

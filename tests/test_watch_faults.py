@@ -190,7 +190,13 @@ def test_idle_footprint(faulty: Faulty, agents: list[AgentProcess]) -> None:
     node, agent = start(
         faulty, agents, via_proxy=False, reporting={"heartbeat_interval": f"{interval}s"}
     )
-    time.sleep(5)  # past start-up (reconcile, first lists)
+    # Past start-up: its one-shot passes (the after-start reconcile, the leftovers pass
+    # and its list of pods) done, however long a busy machine makes them take.
+    ku.wait_until(
+        lambda: all(agent.metric(LAST, loop=once) for once in ("reconcile", "leftovers")),
+        30,
+        "the after-start reconcile and the leftovers pass",
+    )
     offset = faulty.audit_log.stat().st_size
     proc = psutil.Process(agent.proc.pid)
     cpu_before = sum(proc.cpu_times()[:2])
@@ -356,5 +362,7 @@ def test_the_daemon_watches_its_pods_once(
 
     taint(faulty.kube, node)
     ku.wait_until(lambda: not ku.pods_on(faulty.kube, node), 60, "the evacuation's drain")
-    time.sleep(1)  # the audit log is written as requests complete
-    assert pod_lists(faulty, f"system:nodeagent:{node}", offset) == 1
+    user = f"system:nodeagent:{node}"
+    ku.wait_until(lambda: pod_lists(faulty, user, offset), 10, "the audit log written")
+    time.sleep(1)  # a second list, if any, in the log too
+    assert pod_lists(faulty, user, offset) == 1

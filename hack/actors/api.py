@@ -90,6 +90,19 @@ def has_taint(node: JSON, key: str) -> bool:
     return any(t["key"] == key for t in taints(node))
 
 
+def drop_taint(key: str) -> Callable[[JSON], bool]:
+    """An `update_node` change: the node without taints of `key` (False: it has none)."""
+
+    def drop(n: JSON) -> bool:
+        kept = [t for t in taints(n) if t["key"] != key]
+        if len(kept) == len(taints(n)):
+            return False
+        n["spec"]["taints"] = kept
+        return True
+
+    return drop
+
+
 def controller_of(pod: JSON) -> JSON | None:
     """metav1.GetControllerOf: the owner reference with controller: true."""
     for ref in pod["metadata"].get("ownerReferences") or []:

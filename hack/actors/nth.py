@@ -133,15 +133,7 @@ class NodeTerminationHandler:
 
     def remove_taint(self, key: str) -> None:
         """node.go removeTaint: an Update without taints of that key."""
-
-        def drop(n: JSON) -> bool:
-            kept = [t for t in api.taints(n) if t["key"] != key]
-            if len(kept) == len(api.taints(n)):
-                return False
-            n["spec"]["taints"] = kept
-            return True
-
-        api.update_node(self.kube, api.get_node(self.kube, self.node), drop)
+        api.update_node(self.kube, api.get_node(self.kube, self.node), api.drop_taint(key))
 
     def spot_interruption(self, event_id: str, description: str = "Spot ITN received.") -> None:
         """A Spot interruption notice from IMDS, handled end to end."""

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from nodeagent.fence import marker
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, api_time
-from nodeagent.types import DrainOutcome
+from nodeagent.types import DrainOutcome, Milestone, milestone
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,14 @@ class LateResult:
 
     def keep(self, late: Unrecorded) -> None:
         """Write `late` once the API server answers (it replaces any older one)."""
+        milestone(
+            log,
+            Milestone.RESULT_KEPT,
+            "drain result %s not taken by the API server: kept, written when it answers",
+            late.outcome,
+            reason=late.reason,
+            outcome=late.outcome,
+        )
         with self._lock:
             self._late = late
             if self._thread is None:
@@ -137,12 +145,17 @@ class LateResult:
         while self.pending is late:
             now = time.monotonic()
             if now - late.since > RETRY_FOR or attempts >= MAX_ATTEMPTS:
-                log.warning(
+                _tried(
+                    Milestone.RESULT_DROPPED,
+                    late,
+                    attempts,
+                    now - late.since,
                     "drain result %s not written on the Node after %d tries in %.0fs: "
                     "given up (the NodeAgentDrained condition says it)",
                     late.outcome,
                     attempts,
                     now - late.since,
+                    severity=logging.WARNING,
                 )
                 self._drop(late)
                 return
@@ -164,7 +177,16 @@ class LateResult:
             written = self.write(kube, late)
         except ApiError as exc:
             if exc.status in (403, 404):  # not ours to write, or the Node is gone
-                log.warning("drain result %s not written on the Node: %s", late.outcome, exc)
+                _tried(
+                    Milestone.RESULT_DROPPED,
+                    late,
+                    attempt,
+                    time.monotonic() - late.since,
+                    "drain result %s not written on the Node: %s",
+                    late.outcome,
+                    exc,
+                    severity=logging.WARNING,
+                )
                 self._drop(late)
                 return True
             log.info("drain result %s: try %d failed: %s", late.outcome, attempt, exc)
@@ -174,7 +196,11 @@ class LateResult:
             return False
         took = time.monotonic() - late.since
         if written:
-            log.info(
+            _tried(
+                Milestone.RESULT_WRITTEN,
+                late,
+                attempt,
+                took,
                 "drain result %s written on the Node %.1fs after the API server did not "
                 "take it (try %d)",
                 late.outcome,
@@ -190,3 +216,26 @@ class LateResult:
         with self._lock:
             if self._late is late:
                 self._late = None
+
+
+def _tried(
+    which: Milestone,
+    late: Unrecorded,
+    tries: int,
+    seconds: float,
+    message: str,
+    *args: object,
+    severity: int = logging.INFO,
+) -> None:
+    """A kept result's end as a milestone: its drain, and what the tries took."""
+    milestone(
+        log,
+        which,
+        message,
+        *args,
+        severity=severity,
+        reason=late.reason,
+        outcome=late.outcome,
+        seconds=f"{seconds:.3f}",
+        tries=tries,
+    )

@@ -34,6 +34,7 @@ from contextlib import suppress
 from nodeagent.context import Context
 from nodeagent.kube.client import Kube, KubeError
 from nodeagent.kube.watch import Reflector
+from nodeagent.types import Milestone, milestone
 
 log = logging.getLogger(__name__)
 
@@ -108,10 +109,27 @@ class PartitionWatch:
         down = self.kube.reach.down_for()
         if down is not None and not self._down:
             self._down = True
+            seen = self.pods_seen()
+            # The moment as data (the journal's fields, the harness's timing); the drain's
+            # progress line below says it in its own words.
+            milestone(
+                log,
+                Milestone.API_UNREACHABLE,
+                "API server %s unreachable during a drain",
+                self.kube.host,
+                seconds=f"{down:.3f}",
+                pods=seen,
+            )
             self.say(
                 f"{self.kube.reach.why} (no answer for {down:.1f}s); "
-                f"{self.pods_seen()} pods last seen on the node"
+                f"{seen} pods last seen on the node"
             )
         elif down is None and self._down:
             self._down = False
+            milestone(
+                log,
+                Milestone.API_ANSWERS_AGAIN,
+                "API server %s answers a drain again",
+                self.kube.host,
+            )
             self.say(f"API server {self.kube.host} answers again")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from nodeagent.kube.client import CONNECT_TIMEOUT, JSON, READ_TIMEOUT, Kube, Stream
 from nodeagent.kube.errors import ApiError, KubeError, Silent
+from nodeagent.types import Milestone, milestone
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,7 @@ class Reflector:
     _life: threading.Lock = field(default_factory=threading.Lock)
     _handlers: list[Handler] = field(default_factory=list)
     _stream: Stream | None = None  # the current watch's open stream, for renew()
+    _cut_at: float | None = None  # monotonic: the last stream cut (renew, an outage's end)
     # Held while handlers run: one added meanwhile misses no change and sees none twice
     # out of order.
     _dispatch: threading.RLock = field(default_factory=threading.RLock)
@@ -155,6 +157,7 @@ class Reflector:
             return
         self._stop = stop = threading.Event()
         self.synced.clear()  # a new run lists afresh before it counts as synced
+        self._cut_at = None  # and its first watch is no reconnect
         self._thread = threading.Thread(
             target=self._run, args=(stop,), name=f"watch-{self.resource}", daemon=True
         )
@@ -295,11 +298,27 @@ class Reflector:
                     break
                 resource_version = self._apply(event, resource_version, stop)
         finally:
-            self._stream = None
+            stream, self._stream = self._stream, None
+            if stream is not None and stream.cut_why and not stop.is_set():
+                self._cut_at = time.monotonic()  # this run watches again at once
         return resource_version
 
     def _opened(self, stream: Stream) -> None:
         self._stream = stream
+        cut, self._cut_at = self._cut_at, None
+        if cut is not None:
+            # A watch cut on purpose is open again: the moment its consumer sees changes
+            # from, as data (a drain's pods after an outage; the harness times it).
+            took = time.monotonic() - cut
+            milestone(
+                log,
+                Milestone.WATCH_RESTARTED,
+                "watch %s: open again %.2fs after it was cut",
+                self.resource,
+                took,
+                resource=self.resource,
+                seconds=f"{took:.3f}",
+            )
 
     def _apply(self, event: JSON, resource_version: str, stop: threading.Event) -> str:
         kind, obj = event.get("type"), event.get("object") or {}
