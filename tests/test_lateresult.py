@@ -1,5 +1,6 @@
 """A drain's result written late (nodeagent/departure/lateresult.py): when it still applies
-to the Node, how the decision reads the Node meanwhile, and the backoff; pure tables."""
+to the Node, and how the decision reads the Node meanwhile; pure tables (its retries are
+kube/backoff.py's, tested in tests/test_condition_retries.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,8 @@ from typing import Any
 import pytest
 
 from nodeagent.departure.lateresult import (
-    RETRY_FIRST,
-    RETRY_MAX,
     Unrecorded,
     overlay,
-    retry_delay,
 )
 from nodeagent.fence import marker
 from nodeagent.kube.client import api_stamp
@@ -69,19 +67,3 @@ def test_nothing_kept_reads_the_node_as_it_is() -> None:
     obj = node(**MARKER, **BEGUN)
     assert overlay(obj, None) is obj
     assert overlay({"metadata": {"name": "n"}}, LATE) == {"metadata": {"name": "n"}}
-
-
-@pytest.mark.parametrize(
-    ("attempts", "delay"),
-    [
-        (0, RETRY_FIRST),
-        (1, RETRY_FIRST),
-        (2, 2.0),
-        (3, 4.0),
-        (5, 16.0),
-        (6, RETRY_MAX),
-        (40, RETRY_MAX),
-    ],
-)
-def test_the_backoff_doubles_to_its_ceiling(attempts: int, delay: float) -> None:
-    assert retry_delay(attempts) == delay

@@ -8,8 +8,8 @@ again by the condition writer; the result was written once, with the drain's own
 and dropped. Here it is kept, while the node still runs, and written again:
 
 - on a thread of its own, so the worker never waits on an unreachable API server;
-- after RETRY_FIRST seconds, doubling to RETRY_MAX, and at once (at most one try per
-  RETRY_FIRST) when the client hears the API server answer again after an outage;
+- on the agent's one retry backoff (kube/backoff.py: 1 s doubling to 30 s, with jitter, and
+  at once, at most one try a second, when the client hears the API server answer again);
 - for RETRY_FOR seconds and MAX_ATTEMPTS tries at most, then given up in one line;
 - only over that drain's own marker (`Unrecorded.applies`: its reason, no result yet,
   begun before the result was lost, the same Node object), checked on the Node read and
@@ -29,22 +29,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from nodeagent.fence import marker
+from nodeagent.kube.backoff import Retries
 from nodeagent.kube.client import JSON, ApiError, Kube, KubeError, api_time
 from nodeagent.types import DrainOutcome, Milestone, milestone
 
 log = logging.getLogger(__name__)
 
-RETRY_FIRST = 1.0  # seconds before the first try again, and between two early ones
-RETRY_MAX = 30.0
 RETRY_FOR = 600.0  # a result not written by then is given up
 MAX_ATTEMPTS = 30  # tries at most (the backoff alone reaches RETRY_FOR in about 25)
 ATTEMPT_SECONDS = 5.0  # each try's requests (a read and a write) end by then
 TICK = 0.5  # how often the thread looks for an answer heard meanwhile
-
-
-def retry_delay(attempts: int) -> float:
-    """Seconds from the `attempts`-th failed try (1 on) to the next one."""
-    return min(RETRY_MAX, RETRY_FIRST * 2.0 ** max(0, attempts - 1))
 
 
 @dataclass(frozen=True)
@@ -141,9 +135,10 @@ class LateResult:
 
     def _retry(self, late: Unrecorded) -> None:
         """Try until written, no longer needed, or out of tries or time."""
-        attempts, failed_at, heard = 0, time.monotonic(), self.kube.reach.recoveries
+        retries = Retries(self.kube.reach)
+        retries.failed()  # the write at the drain's end
         while self.pending is late:
-            now = time.monotonic()
+            now, attempts = time.monotonic(), retries.failures - 1
             if now - late.since > RETRY_FOR or attempts >= MAX_ATTEMPTS:
                 _tried(
                     Milestone.RESULT_DROPPED,
@@ -159,16 +154,13 @@ class LateResult:
                 )
                 self._drop(late)
                 return
-            answered = self.kube.reach.recoveries != heard
-            due = failed_at + (RETRY_FIRST if answered else retry_delay(attempts))
-            if now < due:
+            if now < (due := retries.due()):
                 self._wake.wait(min(TICK, due - now))
                 self._wake.clear()
                 continue
-            heard = self.kube.reach.recoveries
             if self._attempt(late, attempts + 1):
                 return
-            attempts, failed_at = attempts + 1, time.monotonic()
+            retries.failed()
 
     def _attempt(self, late: Unrecorded, attempt: int) -> bool:
         """One try; True when nothing more is to be done."""
